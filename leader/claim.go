@@ -1,0 +1,60 @@
+package leader
+
+import "time"
+
+// Claim is one observation of who holds the lease and until when.
+//
+// Expiry is on the observer's own clock: for a claim held by another replica
+// it is the local time the claim was observed plus the lease duration, never
+// the holder's renewTime (clocks of different machines disagree); for our own
+// claim it is the local time the acquire or renew request was sent plus the
+// lease duration, so it can only be early, never late.
+//
+// Epoch identifies one acquisition. It changes every time the lease is
+// acquired — also when the same holder acquires it again after losing it — so
+// work tagged with the epoch it was produced under can be fenced: work from an
+// earlier epoch must not be applied.
+//
+// The zero Claim has no holder and is never current.
+type Claim struct {
+	// Holder is the identity of the holder; "" when nobody holds the lease.
+	Holder string
+	// Expiry is the local time after which the claim is no longer valid.
+	Expiry time.Time
+	// Epoch increases with every acquisition of the lease.
+	Epoch int64
+}
+
+// IsCurrent reports whether somebody holds the claim at now.
+func (c Claim) IsCurrent(now time.Time) bool {
+	return c.Holder != "" && now.Before(c.Expiry)
+}
+
+// IsCurrentFor reports whether id holds the claim at now.
+func (c Claim) IsCurrentFor(id string, now time.Time) bool {
+	return id != "" && c.Holder == id && now.Before(c.Expiry)
+}
+
+// Remaining returns how long the claim stays valid after now; zero when it is
+// not current.
+func (c Claim) Remaining(now time.Time) time.Duration {
+	if !c.IsCurrent(now) {
+		return 0
+	}
+	return c.Expiry.Sub(now)
+}
+
+// Observer is what consumers of leadership need: who we are, the latest
+// claim, and a way to be told when it changes. *Claimer implements it; tests
+// may supply their own.
+type Observer interface {
+	// Identity is this replica's holder identity.
+	Identity() string
+	// Current returns the latest claim observed. It never blocks on I/O.
+	Current() Claim
+	// Subscribe returns a channel that receives claims as they change and
+	// a function that ends the subscription. Sending never blocks the
+	// claimer: a subscriber that falls behind loses intermediate claims
+	// but always receives the latest one.
+	Subscribe() (changes <-chan Claim, cancel func())
+}
