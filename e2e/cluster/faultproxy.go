@@ -1,0 +1,452 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/client-go/rest"
+)
+
+// Fault describes how a FaultProxy misbehaves. The zero value forwards every
+// request unchanged. For each request that Match selects, in this order:
+//
+//  1. Stall: the request waits (nothing is sent upstream) until the fault
+//     is changed, the client gives up, or the proxy closes; then it is
+//     handled by whatever fault is in force by then.
+//  2. Latency: the request waits this long before going on.
+//  3. With probability ResetProbability the client's connection is reset
+//     (TCP RST, no response).
+//  4. With probability ErrorProbability the proxy answers ErrorCode itself
+//     with a Kubernetes Status body, and a Retry-After header if RetryAfter
+//     is set. Note that client-go retries 429 and 5xx answers that carry
+//     Retry-After (up to 10 times), and does not retry those without it.
+//  5. Otherwise the request is forwarded.
+//
+// A new fault applies to requests that arrive (or are stalled) after it is
+// set; a watch already streaming is not affected (see ResetConnections).
+type Fault struct {
+	// Match selects the requests the fault applies to; nil selects all.
+	// It must not read the body.
+	Match func(*http.Request) bool
+	// Latency added before forwarding. Must be >= 0.
+	Latency time.Duration
+	// Stall holds requests until the fault changes or the client gives up.
+	Stall bool
+	// ErrorProbability in [0, 1] of answering ErrorCode instead of forwarding.
+	ErrorProbability float64
+	// ErrorCode is the status injected errors carry: 429 or 500–599.
+	// Default 503.
+	ErrorCode int
+	// RetryAfter, if > 0, sets Retry-After on injected errors, in whole
+	// seconds rounded up.
+	RetryAfter time.Duration
+	// ResetProbability in [0, 1] of resetting the client's connection.
+	ResetProbability float64
+}
+
+func (f Fault) validate() error {
+	switch {
+	case f.Latency < 0:
+		return fmt.Errorf("cluster: Fault.Latency must be >= 0, got %v", f.Latency)
+	case f.ErrorProbability < 0 || f.ErrorProbability > 1:
+		return fmt.Errorf("cluster: Fault.ErrorProbability must be in [0, 1], got %v", f.ErrorProbability)
+	case f.ResetProbability < 0 || f.ResetProbability > 1:
+		return fmt.Errorf("cluster: Fault.ResetProbability must be in [0, 1], got %v", f.ResetProbability)
+	case f.ErrorCode != 0 && f.ErrorCode != http.StatusTooManyRequests && (f.ErrorCode < 500 || f.ErrorCode > 599):
+		return fmt.Errorf("cluster: Fault.ErrorCode must be 0, 429 or 500-599, got %d", f.ErrorCode)
+	case f.RetryAfter < 0:
+		return fmt.Errorf("cluster: Fault.RetryAfter must be >= 0, got %v", f.RetryAfter)
+	}
+	return nil
+}
+
+// ProxyStats counts what a FaultProxy did. Counters only grow; InFlight and
+// OpenConns are current values.
+type ProxyStats struct {
+	Requests       int64 // requests received
+	Forwarded      int64 // requests sent upstream
+	UpstreamErrors int64 // forwarded requests that failed upstream (answered 502 if the client still waited)
+	Delayed        int64 // requests that waited Fault.Latency
+	Stalled        int64 // requests that were stalled
+	Errors         int64 // injected error answers
+	Resets         int64 // connections reset by a fault or ResetConnections
+	InFlight       int64 // requests being handled now (watches included)
+	OpenConns      int64 // client connections open now
+}
+
+// FaultProxy is a reverse proxy on 127.0.0.1 in front of the API server that
+// injects faults (see Fault) while it runs. It serves HTTPS (HTTP/1.1, with
+// a certificate from the control plane's CA for 127.0.0.1) and connects
+// upstream over TLS trusting that CA, with no client certificate: the
+// client's Authorization header is forwarded, so bearer-token identities
+// (ControlPlane.ConfigFor) keep their identity through it, while a
+// client-certificate identity (the admin) arrives as anonymous. Responses
+// are flushed as they arrive, so watches stream through it.
+//
+// Create one with ControlPlane.NewFaultProxy; ControlPlane.Stop closes it.
+// Its methods are safe for concurrent use.
+type FaultProxy struct {
+	cp       *ControlPlane
+	ln       net.Listener
+	srv      *http.Server
+	rp       *httputil.ReverseProxy
+	upstream *http.Transport
+	url      string
+
+	ctx    context.Context // cancelled by Close: ends stalls, streams, upstream requests
+	cancel context.CancelFunc
+
+	mu       sync.Mutex
+	fault    Fault
+	changed  chan struct{} // closed and replaced whenever the fault changes
+	closed   bool
+	conns    map[net.Conn]struct{}
+	handlers sync.WaitGroup // Add only under mu while !closed
+
+	serveDone chan struct{}
+
+	requests, forwarded, upstreamErrors, delayed, stalled, injected, resets, inFlight atomic.Int64
+}
+
+// NewFaultProxy starts a FaultProxy in front of the API server, with no
+// fault set. It follows API server restarts (same port).
+func (cp *ControlPlane) NewFaultProxy() (*FaultProxy, error) {
+	cp.mu.Lock()
+	stopped := cp.stopped
+	cp.mu.Unlock()
+	if stopped {
+		return nil, ErrStopped
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(cp.pki.caPEM)
+	target, err := url.Parse(cp.Host())
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("cluster: fault proxy listen: %w", err)
+	}
+	p := &FaultProxy{
+		cp:        cp,
+		url:       "https://" + ln.Addr().String(),
+		changed:   make(chan struct{}),
+		conns:     map[net.Conn]struct{}{},
+		serveDone: make(chan struct{}),
+		upstream: &http.Transport{
+			TLSClientConfig:     &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+			ForceAttemptHTTP2:   true,
+			MaxIdleConnsPerHost: 64,
+			IdleConnTimeout:     30 * time.Second,
+			DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+		},
+	}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.rp = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+		},
+		Transport:     p.upstream,
+		FlushInterval: -1,
+		ErrorLog:      log.New(io.Discard, "", 0),
+		ErrorHandler:  p.upstreamError,
+	}
+	p.srv = &http.Server{
+		Handler:           p,
+		ReadHeaderTimeout: 30 * time.Second,
+		ErrorLog:          log.New(io.Discard, "", 0),
+		ConnState:         p.connState,
+		TLSNextProto:      map[string]func(*http.Server, *tls.Conn, http.Handler){}, // HTTP/1.1 only: connections can be hijacked and reset
+		BaseContext:       func(net.Listener) context.Context { return p.ctx },
+	}
+	p.ln = tls.NewListener(ln, &tls.Config{
+		Certificates: []tls.Certificate{cp.pki.servingCert},
+		NextProtos:   []string{"http/1.1"},
+		MinVersion:   tls.VersionTLS12,
+	})
+	go func() {
+		defer close(p.serveDone)
+		_ = p.srv.Serve(p.ln)
+	}()
+
+	cp.mu.Lock()
+	if cp.stopped {
+		cp.mu.Unlock()
+		p.Close()
+		return nil, ErrStopped
+	}
+	cp.proxies[p] = struct{}{}
+	cp.mu.Unlock()
+	return p, nil
+}
+
+// URL is the proxy's address, https://127.0.0.1:PORT.
+func (p *FaultProxy) URL() string { return p.url }
+
+// Config returns a copy of base that talks to the API server through the
+// proxy: Host is the proxy, TLS trusts the control plane's CA, and client
+// certificates are removed (the proxy would not forward them). Use it with a
+// bearer-token config from ControlPlane.ConfigFor.
+func (p *FaultProxy) Config(base *rest.Config) *rest.Config {
+	c := rest.CopyConfig(base)
+	c.Host = p.url
+	c.TLSClientConfig = rest.TLSClientConfig{CAData: p.cp.pki.caPEM}
+	return c
+}
+
+// ConfigFor is ControlPlane.ConfigFor through the proxy.
+func (p *FaultProxy) ConfigFor(ctx context.Context, namespace, serviceAccount string) (*rest.Config, error) {
+	c, err := p.cp.ConfigFor(ctx, namespace, serviceAccount)
+	if err != nil {
+		return nil, err
+	}
+	return p.Config(c), nil
+}
+
+// SetFault replaces the fault in force; stalled requests re-evaluate at once.
+// An invalid fault is rejected with an error naming the field, and the
+// previous one stays.
+func (p *FaultProxy) SetFault(f Fault) error {
+	if err := f.validate(); err != nil {
+		return err
+	}
+	if f.ErrorCode == 0 {
+		f.ErrorCode = http.StatusServiceUnavailable
+	}
+	p.mu.Lock()
+	p.fault = f
+	close(p.changed)
+	p.changed = make(chan struct{})
+	p.mu.Unlock()
+	return nil
+}
+
+// ClearFault sets the zero Fault: everything is forwarded again, and stalled
+// requests go on.
+func (p *FaultProxy) ClearFault() { _ = p.SetFault(Fault{}) }
+
+// Stats returns the counters.
+func (p *FaultProxy) Stats() ProxyStats {
+	p.mu.Lock()
+	open := int64(len(p.conns))
+	p.mu.Unlock()
+	return ProxyStats{
+		Requests:       p.requests.Load(),
+		Forwarded:      p.forwarded.Load(),
+		UpstreamErrors: p.upstreamErrors.Load(),
+		Delayed:        p.delayed.Load(),
+		Stalled:        p.stalled.Load(),
+		Errors:         p.injected.Load(),
+		Resets:         p.resets.Load(),
+		InFlight:       p.inFlight.Load(),
+		OpenConns:      open,
+	}
+}
+
+// ResetConnections resets (TCP RST) every client connection open now,
+// including those carrying watches, and returns how many it reset.
+func (p *FaultProxy) ResetConnections() int {
+	p.mu.Lock()
+	conns := make([]net.Conn, 0, len(p.conns))
+	for c := range p.conns {
+		conns = append(conns, c)
+	}
+	p.mu.Unlock()
+	for _, c := range conns {
+		resetConn(c)
+	}
+	p.resets.Add(int64(len(conns)))
+	return len(conns)
+}
+
+// Close stops the proxy: no new connections, stalled and streaming requests
+// end, open connections are closed; it waits (up to 10 s) for every handler
+// to return. Idempotent.
+func (p *FaultProxy) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	p.mu.Unlock()
+
+	p.cancel()
+	err := p.srv.Close()
+	<-p.serveDone
+	done := make(chan struct{})
+	go func() {
+		p.handlers.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(10 * time.Second)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		err = errors.Join(err, fmt.Errorf("cluster: fault proxy %s: %d handlers still running after 10s", p.url, p.inFlight.Load()))
+	}
+	p.upstream.CloseIdleConnections()
+	p.mu.Lock()
+	clear(p.conns) // closed by srv.Close; their StateClosed may come later
+	p.mu.Unlock()
+
+	p.cp.mu.Lock()
+	delete(p.cp.proxies, p)
+	p.cp.mu.Unlock()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+func (p *FaultProxy) connState(c net.Conn, s http.ConnState) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch s {
+	case http.StateNew:
+		p.conns[c] = struct{}{}
+	case http.StateHijacked, http.StateClosed:
+		delete(p.conns, c)
+	}
+}
+
+func (p *FaultProxy) enter() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.handlers.Add(1)
+	return true
+}
+
+func (p *FaultProxy) current() (Fault, <-chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.fault, p.changed
+}
+
+// ServeHTTP applies the fault in force and forwards the request. It is the
+// proxy's handler; it is exported only to satisfy http.Handler.
+func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !p.enter() {
+		panic(http.ErrAbortHandler)
+	}
+	defer p.handlers.Done()
+	p.requests.Add(1)
+	p.inFlight.Add(1)
+	defer p.inFlight.Add(-1)
+
+	// r.Context() derives from p.ctx (the server's BaseContext): it ends
+	// when the client goes away or the proxy closes.
+	ctx := r.Context()
+
+	var f Fault
+	for counted := false; ; {
+		var changed <-chan struct{}
+		f, changed = p.current()
+		if f.Match != nil && !f.Match(r) {
+			f = Fault{}
+		}
+		if !f.Stall {
+			break
+		}
+		if !counted {
+			p.stalled.Add(1)
+			counted = true
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			// The client gave up or the proxy closed: no answer at all
+			// (returning would send an empty 200).
+			panic(http.ErrAbortHandler)
+		}
+	}
+	if f.Latency > 0 {
+		p.delayed.Add(1)
+		t := time.NewTimer(f.Latency)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			panic(http.ErrAbortHandler)
+		}
+	}
+	if f.ResetProbability > 0 && rand.Float64() < f.ResetProbability {
+		p.resets.Add(1)
+		hj, ok := w.(http.Hijacker)
+		if !ok {
+			panic(http.ErrAbortHandler)
+		}
+		conn, _, err := hj.Hijack()
+		if err != nil {
+			panic(http.ErrAbortHandler)
+		}
+		resetConn(conn)
+		return
+	}
+	if f.ErrorProbability > 0 && rand.Float64() < f.ErrorProbability {
+		p.injected.Add(1)
+		if f.RetryAfter > 0 {
+			secs := int64((f.RetryAfter + time.Second - 1) / time.Second)
+			w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		}
+		writeStatus(w, f.ErrorCode, "injected by the quietpatch e2e fault proxy")
+		return
+	}
+	p.forwarded.Add(1)
+	p.rp.ServeHTTP(w, r)
+}
+
+func (p *FaultProxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	p.upstreamErrors.Add(1)
+	if r.Context().Err() != nil {
+		return // nobody is waiting for an answer
+	}
+	writeStatus(w, http.StatusBadGateway, "fault proxy: upstream: "+err.Error())
+}
+
+// writeStatus answers with a Kubernetes Status object, as the API server would.
+func writeStatus(w http.ResponseWriter, code int, msg string) {
+	reason := map[int]string{
+		http.StatusTooManyRequests:     "TooManyRequests",
+		http.StatusServiceUnavailable:  "ServiceUnavailable",
+		http.StatusGatewayTimeout:      "Timeout",
+		http.StatusInternalServerError: "InternalError",
+	}[code]
+	if reason == "" {
+		reason = "InternalError"
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":%q,"reason":%q,"code":%d}`+"\n", msg, reason, code)
+}
+
+// resetConn closes c so that the peer sees a TCP reset rather than an
+// orderly close.
+func resetConn(c net.Conn) {
+	nc := c
+	if tc, ok := c.(*tls.Conn); ok {
+		nc = tc.NetConn()
+	}
+	if tcp, ok := nc.(*net.TCPConn); ok {
+		_ = tcp.SetLinger(0)
+	}
+	_ = nc.Close()
+}

@@ -1,0 +1,306 @@
+package cluster
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// fakeUpstream is a TLS server standing in for the API server: /whoami
+// echoes the Authorization header, /stream writes a line every 20 ms until
+// the request ends.
+type fakeUpstream struct {
+	srv  *httptest.Server
+	hits atomic.Int64
+}
+
+func newProxyUnderTest(t *testing.T) (*FaultProxy, *fakeUpstream, *http.Client) {
+	t.Helper()
+	pk, err := newPKI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := &fakeUpstream{}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/whoami", func(w http.ResponseWriter, r *http.Request) {
+		up.hits.Add(1)
+		fmt.Fprintf(w, "auth=%s", r.Header.Get("Authorization"))
+	})
+	mux.HandleFunc("/stream", func(w http.ResponseWriter, r *http.Request) {
+		up.hits.Add(1)
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for i := 0; ; i++ {
+			fmt.Fprintf(w, "event %d\n", i)
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-t.C:
+			}
+		}
+	})
+	up.srv = httptest.NewUnstartedServer(mux)
+	up.srv.TLS = &tls.Config{Certificates: []tls.Certificate{pk.servingCert}}
+	up.srv.StartTLS()
+	t.Cleanup(up.srv.Close)
+
+	cp := &ControlPlane{pki: pk, ports: Ports{APIServer: up.srv.Listener.Addr().(*net.TCPAddr).Port}, proxies: map[*FaultProxy]struct{}{}}
+	p, err := cp.NewFaultProxy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pk.caPEM)
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
+	t.Cleanup(tr.CloseIdleConnections)
+	return p, up, &http.Client{Transport: tr}
+}
+
+func whoami(ctx context.Context, c *http.Client, p *FaultProxy) (*http.Response, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.URL()+"/whoami", nil)
+	if err != nil {
+		return nil, "", err
+	}
+	req.Header.Set("Authorization", "Bearer token-1")
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp, string(b), err
+}
+
+// waitStats polls the proxy's stats until ok accepts them.
+func waitStats(t *testing.T, p *FaultProxy, what string, ok func(ProxyStats) bool) {
+	t.Helper()
+	eventually(t, 5*time.Second, what, func() error {
+		if s := p.Stats(); !ok(s) {
+			return fmt.Errorf("stats %+v", s)
+		}
+		return nil
+	})
+}
+
+func TestFaultProxyForwardsAndInjects(t *testing.T) {
+	p, up, c := newProxyUnderTest(t)
+	ctx := testContext(t, time.Minute)
+
+	t.Run("forwards Authorization", func(t *testing.T) {
+		resp, body, err := whoami(ctx, c, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != 200 || body != "auth=Bearer token-1" {
+			t.Fatalf("got %d %q, want 200 auth=Bearer token-1", resp.StatusCode, body)
+		}
+	})
+
+	for _, tc := range []struct {
+		label      string
+		fault      Fault
+		wantCode   int
+		wantRetry  string
+		wantReason string
+	}{
+		{"503 by default", Fault{ErrorProbability: 1}, 503, "", "ServiceUnavailable"},
+		{"429 with Retry-After rounded up", Fault{ErrorProbability: 1, ErrorCode: 429, RetryAfter: 1500 * time.Millisecond}, 429, "2", "TooManyRequests"},
+		{"500", Fault{ErrorProbability: 1, ErrorCode: 500}, 500, "", "InternalError"},
+	} {
+		t.Run(tc.label, func(t *testing.T) {
+			defer p.ClearFault()
+			if err := p.SetFault(tc.fault); err != nil {
+				t.Fatal(err)
+			}
+			hits, errs := up.hits.Load(), p.Stats().Errors
+			resp, body, err := whoami(ctx, c, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != tc.wantCode || resp.Header.Get("Retry-After") != tc.wantRetry || !strings.Contains(body, `"reason":"`+tc.wantReason+`"`) {
+				t.Fatalf("got %d Retry-After %q body %s; want %d %q reason %s", resp.StatusCode, resp.Header.Get("Retry-After"), body, tc.wantCode, tc.wantRetry, tc.wantReason)
+			}
+			if up.hits.Load() != hits {
+				t.Error("an injected error reached the upstream")
+			}
+			if got := p.Stats().Errors; got != errs+1 {
+				t.Errorf("Stats.Errors = %d, want %d", got, errs+1)
+			}
+		})
+	}
+
+	t.Run("latency", func(t *testing.T) {
+		defer p.ClearFault()
+		if err := p.SetFault(Fault{Latency: 200 * time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+		begin := time.Now()
+		if _, _, err := whoami(ctx, c, p); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(begin); d < 200*time.Millisecond {
+			t.Errorf("request took %v, want >= 200ms", d)
+		}
+	})
+
+	t.Run("match selects requests", func(t *testing.T) {
+		defer p.ClearFault()
+		if err := p.SetFault(Fault{ErrorProbability: 1, Match: func(r *http.Request) bool { return r.URL.Path == "/other" }}); err != nil {
+			t.Fatal(err)
+		}
+		resp, _, err := whoami(ctx, c, p)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("unmatched request: %v %v, want 200", resp, err)
+		}
+	})
+
+	t.Run("reset", func(t *testing.T) {
+		defer p.ClearFault()
+		if err := p.SetFault(Fault{ResetProbability: 1}); err != nil {
+			t.Fatal(err)
+		}
+		resets := p.Stats().Resets
+		_, _, err := whoami(ctx, c, p)
+		if !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Fatalf("got %v, want a connection reset", err)
+		}
+		if got := p.Stats().Resets; got < resets+1 {
+			t.Errorf("Stats.Resets = %d, want > %d", got, resets)
+		}
+	})
+
+	t.Run("stall until the client gives up", func(t *testing.T) {
+		defer p.ClearFault()
+		if err := p.SetFault(Fault{Stall: true}); err != nil {
+			t.Fatal(err)
+		}
+		hits := up.hits.Load()
+		rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		begin := time.Now()
+		_, _, err := whoami(rctx, c, p)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("got %v, want the client's deadline", err)
+		}
+		if d := time.Since(begin); d < 300*time.Millisecond {
+			t.Errorf("gave up after %v, want >= 300ms", d)
+		}
+		waitStats(t, p, "stalled request ends", func(s ProxyStats) bool { return s.InFlight == 0 })
+		if up.hits.Load() != hits {
+			t.Error("a stalled request reached the upstream")
+		}
+	})
+
+	t.Run("stall until cleared", func(t *testing.T) {
+		if err := p.SetFault(Fault{Stall: true}); err != nil {
+			t.Fatal(err)
+		}
+		stalled := p.Stats().Stalled
+		res := make(chan error, 1)
+		go func() {
+			resp, _, err := whoami(ctx, c, p)
+			if err == nil && resp.StatusCode != 200 {
+				err = fmt.Errorf("status %d", resp.StatusCode)
+			}
+			res <- err
+		}()
+		waitStats(t, p, "request stalled", func(s ProxyStats) bool { return s.Stalled > stalled })
+		select {
+		case err := <-res:
+			t.Fatalf("stalled request returned before the fault was cleared: %v", err)
+		default:
+		}
+		p.ClearFault()
+		if err := <-res; err != nil {
+			t.Fatalf("after clearing the stall: %v", err)
+		}
+	})
+
+	t.Run("streams and resets open connections", func(t *testing.T) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.URL()+"/stream", nil)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		br := bufio.NewReader(resp.Body)
+		for i := range 3 { // lines arrive while the upstream handler still runs
+			line, err := br.ReadString('\n')
+			if err != nil || line != fmt.Sprintf("event %d\n", i) {
+				t.Fatalf("line %d: %q %v", i, line, err)
+			}
+		}
+		if n := p.ResetConnections(); n < 1 {
+			t.Fatalf("ResetConnections() = %d, want >= 1", n)
+		}
+		if _, err := io.Copy(io.Discard, br); err == nil {
+			t.Fatal("stream ended cleanly after its connection was reset, want an error")
+		}
+		waitStats(t, p, "stream handler ends", func(s ProxyStats) bool { return s.InFlight == 0 })
+	})
+
+	t.Run("invalid faults are rejected", func(t *testing.T) {
+		for _, tc := range []struct {
+			f     Fault
+			field string
+		}{
+			{Fault{Latency: -1}, "Fault.Latency"},
+			{Fault{ErrorProbability: 1.5}, "Fault.ErrorProbability"},
+			{Fault{ResetProbability: -0.1}, "Fault.ResetProbability"},
+			{Fault{ErrorCode: 404}, "Fault.ErrorCode"},
+			{Fault{RetryAfter: -time.Second}, "Fault.RetryAfter"},
+		} {
+			if err := p.SetFault(tc.f); err == nil || !strings.Contains(err.Error(), tc.field) {
+				t.Errorf("SetFault(%+v) = %v, want an error naming %s", tc.f, err, tc.field)
+			}
+		}
+	})
+}
+
+func TestFaultProxyCloseEndsStalledRequests(t *testing.T) {
+	p, _, c := newProxyUnderTest(t)
+	ctx := testContext(t, time.Minute)
+	if err := p.SetFault(Fault{Stall: true}); err != nil {
+		t.Fatal(err)
+	}
+	res := make(chan error, 1)
+	go func() {
+		_, _, err := whoami(ctx, c, p)
+		res <- err
+	}()
+	waitStats(t, p, "request stalled", func(s ProxyStats) bool { return s.Stalled == 1 })
+	begin := time.Now()
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(begin); d > 5*time.Second {
+		t.Errorf("Close took %v", d)
+	}
+	if err := <-res; err == nil {
+		t.Error("stalled request succeeded after Close, want an error")
+	}
+	if s := p.Stats(); s.InFlight != 0 || s.OpenConns != 0 {
+		t.Errorf("after Close: %+v, want nothing in flight or open", s)
+	}
+	if _, _, err := whoami(ctx, c, p); err == nil {
+		t.Error("request after Close succeeded")
+	}
+}

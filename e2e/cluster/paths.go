@@ -1,0 +1,156 @@
+package cluster
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"time"
+)
+
+// ModulePath is the module path of the e2e module; the harness looks for its
+// go.mod to find the default binary directory.
+const ModulePath = "github.com/quietpatch/quietpatch/e2e"
+
+// BinDirEnv names the environment variable that overrides where the
+// kube-apiserver and etcd binaries are looked up.
+const BinDirEnv = "QP_BIN_DIR"
+
+// GatewayAPIModule is the Go module whose standard-channel CRDs the harness
+// installs, and GatewayAPIVersion the version used when the running binary
+// carries no build information naming it.
+const (
+	GatewayAPIModule  = "sigs.k8s.io/gateway-api"
+	GatewayAPIVersion = "v1.6.3"
+)
+
+// Binary names inside the binary directory.
+const (
+	EtcdBinary      = "etcd"
+	APIServerBinary = "kube-apiserver"
+)
+
+// FindBinDir returns the directory holding the kube-apiserver and etcd
+// binaries: $QP_BIN_DIR if set, otherwise the .bin directory next to the e2e
+// module's go.mod, found by walking up from the working directory and, failing
+// that, from this source file. It checks that both binaries exist and are
+// executable; if not, the error wraps ErrBinariesMissing and says to run
+// `make bins`.
+func FindBinDir() (string, error) {
+	dir := os.Getenv(BinDirEnv)
+	if dir == "" {
+		mod, err := findModuleDir()
+		if err != nil {
+			return "", fmt.Errorf("%w: %v; set %s or run `make bins` in the repository root", ErrBinariesMissing, err, BinDirEnv)
+		}
+		dir = filepath.Join(mod, ".bin")
+	}
+	for _, name := range []string{APIServerBinary, EtcdBinary} {
+		p := filepath.Join(dir, name)
+		st, err := os.Stat(p)
+		if err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			return "", fmt.Errorf("%w: %s not found in %s; run `make bins` in the repository root (or `bash e2e/hack/build-binaries.sh`), or point %s at a directory holding %s and %s",
+				ErrBinariesMissing, name, dir, BinDirEnv, APIServerBinary, EtcdBinary)
+		}
+	}
+	return dir, nil
+}
+
+// findModuleDir locates the directory of the e2e module's go.mod.
+func findModuleDir() (string, error) {
+	var starts []string
+	if wd, err := os.Getwd(); err == nil {
+		starts = append(starts, wd)
+	}
+	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
+		starts = append(starts, filepath.Dir(file))
+	}
+	for _, start := range starts {
+		for d := start; ; d = filepath.Dir(d) {
+			if isE2EModule(filepath.Join(d, "go.mod")) {
+				return d, nil
+			}
+			if filepath.Dir(d) == d {
+				break
+			}
+		}
+	}
+	return "", fmt.Errorf("no go.mod of module %s above %s", ModulePath, strings.Join(starts, " or "))
+}
+
+func isE2EModule(gomod string) bool {
+	f, err := os.Open(gomod)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if rest, ok := strings.CutPrefix(line, "module"); ok {
+			return strings.Trim(strings.TrimSpace(rest), `"`) == ModulePath
+		}
+	}
+	return false
+}
+
+// gatewayAPIVersion is the version of sigs.k8s.io/gateway-api linked into the
+// running binary, or GatewayAPIVersion.
+func gatewayAPIVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == GatewayAPIModule {
+				if d.Replace != nil {
+					d = d.Replace
+				}
+				if d.Version != "" && d.Version != "(devel)" {
+					return d.Version
+				}
+			}
+		}
+	}
+	return GatewayAPIVersion
+}
+
+// GatewayAPICRDDir returns the directory of the Gateway API standard-channel
+// CRD manifests in the Go module cache (config/crd/standard of
+// sigs.k8s.io/gateway-api at the version this binary links), downloading the
+// module through the go command if it is not cached yet.
+func GatewayAPICRDDir(ctx context.Context) (string, error) {
+	ver := gatewayAPIVersion()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", GatewayAPIModule+"@"+ver)
+	if mod, err := findModuleDir(); err == nil {
+		cmd.Dir = mod
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	var info struct {
+		Dir   string
+		Error string
+	}
+	if jerr := json.Unmarshal(out, &info); jerr != nil && err == nil {
+		err = jerr
+	}
+	if err == nil && info.Error != "" {
+		err = errors.New(info.Error)
+	}
+	if err != nil {
+		return "", fmt.Errorf("cluster: locating %s@%s with `go mod download`: %v %s", GatewayAPIModule, ver, err, strings.TrimSpace(stderr.String()))
+	}
+	dir := filepath.Join(info.Dir, "config", "crd", "standard")
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return "", fmt.Errorf("cluster: %s@%s has no config/crd/standard directory at %s", GatewayAPIModule, ver, dir)
+	}
+	return dir, nil
+}

@@ -1,0 +1,112 @@
+// Command benchtable reads `go test -bench` output on standard input and
+// prints one Markdown table: every benchmark's median figures, and the ratios
+// between benchmarks measured in the same run (a benchmark against its
+// baseline), so a noisy shared machine compares like with like.
+//
+// Usage:
+//
+//	go test -run '^$' -bench . -benchmem -count 5 ./... | go run ./cmd/benchtable
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// ratio compares two benchmarks on one unit.
+type ratio struct {
+	label, num, den, unit, goal string
+}
+
+// ratios are the comparisons the project tracks. A missing benchmark leaves
+// its row out rather than failing, so a partial run still prints.
+var ratios = []ratio{
+	{"queue: patchqueue / chan", "BenchmarkQueue/patchqueue", "BenchmarkQueue/chan", "ns/op", "≤ 2"},
+	{"queue: patchqueue / workqueue", "BenchmarkQueue/patchqueue", "BenchmarkQueue/workqueue", "ns/op", "≤ 0.5"},
+	{"queue: patchqueue-parallel / chan", "BenchmarkQueue/patchqueue-parallel", "BenchmarkQueue/chan", "ns/op", ""},
+	{"reconcile (library): unchanged-typed / unchanged-gocmp", "BenchmarkReconcile/unchanged-typed", "BenchmarkReconcile/unchanged-gocmp", "ns/object", ""},
+	{"reconcile (library): changed / unchanged-typed", "BenchmarkReconcile/changed", "BenchmarkReconcile/unchanged-typed", "ns/object", ""},
+	{"reconcile (HTTPRoute): typed / naive", "BenchmarkRoutePass/unchanged-typed", "BenchmarkRoutePass/naive", "ns/object", ""},
+	{"reconcile (HTTPRoute): gocmp / naive", "BenchmarkRoutePass/unchanged-gocmp", "BenchmarkRoutePass/naive", "ns/object", ""},
+	{"steady state: PATCHes quietpatch / naive (per interval)", "BenchmarkSteadyState/quietpatch", "BenchmarkSteadyState/naive", "patches/interval", ""},
+	{"convergence: 1 worker / floor", "BenchmarkConvergence/quietpatch-1", "BenchmarkConvergence/floor-1", "routes/s", ""},
+	{"convergence: N workers / floor", "BenchmarkConvergence/quietpatch-N", "BenchmarkConvergence/floor-N", "routes/s", "≥ 0.8"},
+	{"convergence: N workers / 1 in flight", "BenchmarkConvergence/quietpatch-N", "BenchmarkConvergence/quietpatch-1", "routes/s", "≥ 4"},
+	{"memory, stalled API: unbounded / quietpatch heap", "BenchmarkStalledMemory/unbounded", "BenchmarkStalledMemory/quietpatch", "heap-MiB", ""},
+}
+
+var lineRE = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+(.*)$`)
+
+func parse(r io.Reader) (map[string]map[string][]float64, []string) {
+	res := map[string]map[string][]float64{}
+	var order []string
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		m := lineRE.FindStringSubmatch(strings.TrimSpace(sc.Text()))
+		if m == nil {
+			continue
+		}
+		name := m[1]
+		f := strings.Fields(m[2])
+		if _, ok := res[name]; !ok {
+			res[name] = map[string][]float64{}
+			order = append(order, name)
+		}
+		for i := 0; i+1 < len(f); i += 2 {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				continue
+			}
+			res[name][f[i+1]] = append(res[name][f[i+1]], v)
+		}
+	}
+	return res, order
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+func main() {
+	res, order := parse(io.TeeReader(os.Stdin, io.Discard))
+	w := bufio.NewWriter(os.Stdout)
+	defer w.Flush()
+	fmt.Fprintln(w, "| benchmark | figures (median of runs) |")
+	fmt.Fprintln(w, "|---|---|")
+	for _, name := range order {
+		units := make([]string, 0, len(res[name]))
+		for u := range res[name] {
+			units = append(units, u)
+		}
+		sort.Strings(units)
+		parts := make([]string, 0, len(units))
+		for _, u := range units {
+			parts = append(parts, fmt.Sprintf("%.4g %s", median(res[name][u]), u))
+		}
+		fmt.Fprintf(w, "| %s | %s |\n", strings.TrimPrefix(name, "Benchmark"), strings.Join(parts, ", "))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| ratio (same run) | value | goal |")
+	fmt.Fprintln(w, "|---|---|---|")
+	for _, r := range ratios {
+		n, okN := res[r.num][r.unit]
+		d, okD := res[r.den][r.unit]
+		if !okN || !okD || median(d) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "| %s (%s) | %.3g | %s |\n", r.label, r.unit, median(n)/median(d), r.goal)
+	}
+}

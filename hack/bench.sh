@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# make bench: every benchmark and its baseline measured in the same run, then
+# one table of ratios (e2e/cmd/benchtable). Raw output: .cache/bench.txt.
+# COUNT sets -count for the micro-benchmarks (default 5); E2E=0 skips the
+# benchmarks that need the local control plane.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p .cache
+out=.cache/bench.txt
+: > "$out"
+count="${COUNT:-5}"
+echo "==> library micro-benchmarks (-count $count)"
+go test -run '^$' -bench 'Queue|Gauge|Reconcile' -benchmem -count "$count" ./... | tee -a "$out"
+if [[ -f examples/go.mod ]]; then
+  echo "==> example benchmarks"
+  (cd examples && go test -run '^$' -bench . -benchmem -count "$count" ./...) | tee -a "$out"
+fi
+if [[ "${E2E:-1}" != 0 ]]; then
+  bash e2e/hack/build-binaries.sh
+  echo "==> end-to-end benchmarks on the local control plane"
+  (cd e2e && go test -run '^$' -bench . -benchtime 1x -count 1 -timeout 60m ./...) | tee -a "$out"
+fi
+echo
+(cd e2e && go run ./cmd/benchtable) < "$out" | tee .cache/bench-table.md
