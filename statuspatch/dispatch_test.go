@@ -1,0 +1,520 @@
+package statuspatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/quietpatch/quietpatch/leader"
+)
+
+// drig wires a dispatcher to fakes.
+type drig struct {
+	obs   *fakeObserver
+	queue *PatchQueue[Patch[tPayload]]
+	pat   *recordingPatcher
+	d     *Dispatcher[tPayload]
+	meter *testMeter
+	logs  *captureHandler
+	clock *clocktesting.FakeClock
+}
+
+func newDrig(t *testing.T, mutate ...func(*DispatcherConfig[tPayload])) *drig {
+	t.Helper()
+	r := &drig{
+		obs:   newFakeObserver("me"),
+		pat:   &recordingPatcher{},
+		meter: newTestMeter(t),
+		logs:  newCapture(slog.LevelDebug),
+		clock: clocktesting.NewFakeClock(testStart()),
+	}
+	q, err := NewPatchQueue(QueueConfig[Patch[tPayload]]{Capacity: 100, Key: PatchKey[tPayload], Clock: r.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.queue = q
+	cfg := DispatcherConfig[tPayload]{
+		Queue:        q,
+		Patcher:      r.pat,
+		Leader:       r.obs,
+		PatchTimeout: 10 * time.Second,
+		Clock:        r.clock,
+		Logger:       slog.New(r.logs),
+		Meter:        r.meter.provider.Meter("test"),
+		Name:         "test",
+	}
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	r.d, err = NewDispatcher(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func (r *drig) lead(epoch int64) {
+	r.obs.Set(leader.Claim{Holder: "me", Expiry: r.clock.Now().Add(time.Hour), Epoch: epoch})
+}
+
+// send queues a patch for key under epoch.
+func (r *drig) send(t *testing.T, key string, epoch int64) {
+	t.Helper()
+	if err := r.queue.TrySend(Patch[tPayload]{Key: key, Epoch: epoch, Payload: tPayload{Key: key, Gen: epoch}}); err != nil {
+		t.Fatalf("send %s: %v", key, err)
+	}
+}
+
+// start runs the dispatcher; stop cancels it and returns Run's result. Stop
+// is also called at the end of the test.
+func (r *drig) start(t *testing.T) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.d.Run(ctx) }()
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			err = <-done
+		})
+		return err
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
+
+func (r *drig) outcome(t *testing.T, o Outcome) int64 {
+	return r.meter.value(t, DispatchPatchesMetric, OutcomeAttrKey, string(o))
+}
+
+func (r *drig) dropped(t *testing.T, reason DropReason) int64 {
+	return r.meter.value(t, DispatchDroppedMetric, DropReasonAttrKey, string(reason))
+}
+
+func TestDispatchAppliesWhileLeader(t *testing.T) {
+	r := newDrig(t)
+	r.lead(1)
+	for _, k := range []string{"ns/a", "ns/b", "ns/c"} {
+		r.send(t, k, 1)
+	}
+	r.start(t)
+	waitFor(t, "three patches applied", func() bool { return r.outcome(t, OutcomeOK) == 3 })
+	if got := r.pat.appliedKeys(); !slices.Equal(got, []string{"ns/a", "ns/b", "ns/c"}) {
+		t.Errorf("applied %v, want [ns/a ns/b ns/c]", got)
+	}
+	if v := r.meter.value(t, DispatchDurationMetric, OutcomeAttrKey, string(OutcomeOK)); v != 3 {
+		t.Errorf("duration count{ok} = %d, want 3", v)
+	}
+	if v := r.meter.value(t, DispatchInFlightMetric, "", ""); v != 0 {
+		t.Errorf("in flight = %d after all calls returned, want 0", v)
+	}
+	if err := r.d.Healthy(); err != nil {
+		t.Errorf("Healthy = %v while running", err)
+	}
+}
+
+func TestDispatchDropsWhenNotLeader(t *testing.T) {
+	cases := []struct {
+		name  string
+		claim func(now time.Time) leader.Claim
+	}{
+		{"nobody holds the lease", func(time.Time) leader.Claim { return leader.Claim{} }},
+		{"another holder", func(now time.Time) leader.Claim {
+			return leader.Claim{Holder: "other", Expiry: now.Add(time.Hour), Epoch: 1}
+		}},
+		{"our claim expired", func(now time.Time) leader.Claim {
+			return leader.Claim{Holder: "me", Expiry: now, Epoch: 1}
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := newDrig(t)
+			for i := range 5 {
+				r.send(t, fmt.Sprintf("ns/o%d", i), 1)
+			}
+			r.obs.Set(c.claim(r.clock.Now()))
+			r.start(t)
+			waitFor(t, "five drops", func() bool { return r.dropped(t, DropNotLeader) == 5 })
+			if n := r.pat.calls.Load(); n != 0 {
+				t.Errorf("patcher called %d times while not leader", n)
+			}
+			if r.queue.Len() != 0 {
+				t.Errorf("queue still holds %d patches", r.queue.Len())
+			}
+		})
+	}
+}
+
+func TestDispatchLeadershipLostWithQueuedPatches(t *testing.T) {
+	r := newDrig(t)
+	r.lead(1)
+	release := make(chan struct{})
+	r.pat.fn = func(ctx context.Context, p tPayload) error {
+		if p.Key == "ns/first" {
+			<-release
+		}
+		return nil
+	}
+	r.send(t, "ns/first", 1)
+	for i := range 4 {
+		r.send(t, fmt.Sprintf("ns/o%d", i), 1)
+	}
+	r.start(t)
+	waitFor(t, "the first patch in flight", func() bool { return r.pat.calls.Load() == 1 })
+
+	r.obs.Set(leader.Claim{Holder: "other", Expiry: r.clock.Now().Add(time.Hour), Epoch: 2})
+	close(release)
+	waitFor(t, "the queued patches dropped", func() bool { return r.dropped(t, DropNotLeader) == 4 })
+	if got := r.pat.appliedKeys(); !slices.Equal(got, []string{"ns/first"}) {
+		t.Errorf("applied %v, want only the patch in flight before the loss", got)
+	}
+	if n := r.pat.calls.Load(); n != 1 {
+		t.Errorf("patcher called %d times, want 1", n)
+	}
+}
+
+func TestDispatchDropsEarlierEpochAfterRegain(t *testing.T) {
+	r := newDrig(t)
+	for i := range 3 {
+		r.send(t, fmt.Sprintf("ns/old%d", i), 1)
+	}
+	r.send(t, "ns/new0", 3)
+	r.send(t, "ns/new1", 3)
+	r.lead(3) // lost epoch 1, regained under epoch 3
+	r.start(t)
+	waitFor(t, "all five handled", func() bool {
+		return r.dropped(t, DropStaleEpoch)+r.outcome(t, OutcomeOK) == 5
+	})
+	if got := r.pat.appliedKeys(); !slices.Equal(got, []string{"ns/new0", "ns/new1"}) {
+		t.Errorf("applied %v, want only the epoch-3 patches", got)
+	}
+	if v := r.dropped(t, DropStaleEpoch); v != 3 {
+		t.Errorf("dropped{stale_epoch} = %d, want 3", v)
+	}
+	debugDrops := 0
+	for _, rec := range r.logs.records(slog.LevelDebug) {
+		if rec.Message == "statuspatch: patch dropped" && rec.Attrs["reason"] == "stale_epoch" {
+			debugDrops++
+		}
+	}
+	if debugDrops != 3 {
+		t.Errorf("debug drop lines = %d, want 3", debugDrops)
+	}
+	if w := r.logs.records(slog.LevelWarn); len(w) != 0 {
+		t.Errorf("warnings: %+v, want none for drops", w)
+	}
+}
+
+func TestDispatchHungPatchEndsAtDeadline(t *testing.T) {
+	const timeout = 50 * time.Millisecond
+	r := newDrig(t, func(c *DispatcherConfig[tPayload]) { c.PatchTimeout = timeout })
+	r.lead(1)
+	var elapsed atomic.Int64
+	r.pat.fn = func(ctx context.Context, _ tPayload) error {
+		start := time.Now()
+		<-ctx.Done() // hangs until the deadline
+		elapsed.Store(int64(time.Since(start)))
+		return ctx.Err()
+	}
+	r.send(t, "ns/hung", 1)
+	r.start(t)
+	waitFor(t, "the timeout outcome", func() bool { return r.outcome(t, OutcomeTimeout) == 1 })
+	if e := time.Duration(elapsed.Load()); e < timeout-5*time.Millisecond {
+		t.Errorf("the call ended after %s, before its %s deadline", e, timeout)
+	}
+	if n := r.pat.calls.Load(); n != 1 {
+		t.Errorf("patcher called %d times, want 1 (no retry)", n)
+	}
+	warns := r.logs.records(slog.LevelWarn)
+	if len(warns) != 1 || warns[0].Attrs["outcome"] != "timeout" {
+		t.Errorf("warnings = %+v, want one timeout warning", warns)
+	}
+}
+
+func TestDispatchDeadlineIsMinOfTimeoutAndClaim(t *testing.T) {
+	cases := []struct {
+		name         string
+		patchTimeout time.Duration
+		claimLeft    time.Duration
+		want         time.Duration
+	}{
+		{"claim about to expire shortens the deadline", time.Hour, 30 * time.Millisecond, 30 * time.Millisecond},
+		{"patch timeout when the claim lasts longer", 2 * time.Second, time.Hour, 2 * time.Second},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := newDrig(t, func(cfg *DispatcherConfig[tPayload]) { cfg.PatchTimeout = c.patchTimeout })
+			r.obs.Set(leader.Claim{Holder: "me", Expiry: r.clock.Now().Add(c.claimLeft), Epoch: 1})
+			got := make(chan time.Duration, 1)
+			r.pat.fn = func(ctx context.Context, _ tPayload) error {
+				before := time.Now()
+				dl, ok := ctx.Deadline()
+				if !ok {
+					got <- -1
+					return nil
+				}
+				got <- dl.Sub(before)
+				return nil
+			}
+			r.send(t, "ns/a", 1)
+			r.start(t)
+			left := <-got
+			// The deadline was set just before the call: a little of it
+			// is already spent.
+			if left > c.want || left < c.want-time.Second/4 {
+				t.Errorf("deadline in %s at call time, want about %s", left, c.want)
+			}
+		})
+	}
+}
+
+func TestDispatchClassifiesAndDoesNotRetry(t *testing.T) {
+	gr := schema.GroupResource{Group: "gateway.networking.k8s.io", Resource: "httproutes"}
+	cases := []struct {
+		err  error
+		want Outcome
+	}{
+		{apierrors.NewConflict(gr, "a", errors.New("the object has been modified")), OutcomeConflict},
+		{apierrors.NewNotFound(gr, "a"), OutcomeNotFound},
+		{apierrors.NewForbidden(gr, "a", errors.New("rbac")), OutcomeForbidden},
+		{apierrors.NewTooManyRequests("slow down", 1), OutcomeThrottled},
+		{apierrors.NewTimeoutError("server gave up", 1), OutcomeTimeout},
+		{errors.New("connection refused"), OutcomeOther},
+	}
+	for _, c := range cases {
+		t.Run(string(c.want), func(t *testing.T) {
+			r := newDrig(t)
+			r.lead(1)
+			r.pat.fn = func(context.Context, tPayload) error { return c.err }
+			r.send(t, "ns/a", 1)
+			r.start(t)
+			waitFor(t, "the outcome", func() bool { return r.outcome(t, c.want) == 1 })
+			// The worker is back waiting on the queue and did not call again.
+			waitFor(t, "the worker to wait for more", func() bool {
+				_, receivers := QueueWaiters(r.queue)
+				return receivers == 1
+			})
+			if n := r.pat.calls.Load(); n != 1 {
+				t.Errorf("patcher called %d times, want 1: failed patches are not retried", n)
+			}
+			if r.queue.Len() != 0 {
+				t.Errorf("the failed patch went back to the queue")
+			}
+		})
+	}
+}
+
+// timeoutNetError is a net.Error that timed out.
+type timeoutNetError struct{}
+
+func (timeoutNetError) Error() string   { return "i/o timeout" }
+func (timeoutNetError) Timeout() bool   { return true }
+func (timeoutNetError) Temporary() bool { return true }
+
+var _ net.Error = timeoutNetError{}
+
+func TestClassify(t *testing.T) {
+	gr := schema.GroupResource{Resource: "widgets"}
+	cases := []struct {
+		label string
+		err   error
+		want  Outcome
+	}{
+		{"nil", nil, OutcomeOK},
+		{"409", apierrors.NewConflict(gr, "a", errors.New("x")), OutcomeConflict},
+		{"409 wrapped", fmt.Errorf("patch: %w", apierrors.NewConflict(gr, "a", errors.New("x"))), OutcomeConflict},
+		{"404", apierrors.NewNotFound(gr, "a"), OutcomeNotFound},
+		{"403", apierrors.NewForbidden(gr, "a", errors.New("x")), OutcomeForbidden},
+		{"429", apierrors.NewTooManyRequests("x", 1), OutcomeThrottled},
+		{"504", apierrors.NewTimeoutError("x", 1), OutcomeTimeout},
+		{"500 server timeout", apierrors.NewServerTimeout(gr, "patch", 1), OutcomeTimeout},
+		{"deadline", context.DeadlineExceeded, OutcomeTimeout},
+		{"deadline wrapped", fmt.Errorf("Patch %q: %w", "https://x", context.DeadlineExceeded), OutcomeTimeout},
+		{"net timeout", &net.OpError{Op: "read", Err: timeoutNetError{}}, OutcomeTimeout},
+		{"canceled", context.Canceled, OutcomeCanceled},
+		{"invalid patch", ErrInvalidPatch, OutcomeOther},
+		{"422", apierrors.NewInvalid(schema.GroupKind{Kind: "Widget"}, "a", nil), OutcomeOther},
+	}
+	for _, c := range cases {
+		if got := Classify(c.err); got != c.want {
+			t.Errorf("%s: Classify(%v) = %s, want %s", c.label, c.err, got, c.want)
+		}
+	}
+}
+
+func TestDispatchWorkersKeepKeysExclusive(t *testing.T) {
+	const workers = 4
+	r := newDrig(t, func(c *DispatcherConfig[tPayload]) { c.Workers = workers })
+	r.lead(1)
+	var (
+		mu          sync.Mutex
+		active      = map[string]int{}
+		concurrent  int
+		maxPerKey   int
+		maxParallel int
+	)
+	release := make(chan struct{})
+	r.pat.fn = func(ctx context.Context, p tPayload) error {
+		mu.Lock()
+		active[p.Key]++
+		concurrent++
+		maxPerKey = max(maxPerKey, active[p.Key])
+		maxParallel = max(maxParallel, concurrent)
+		mu.Unlock()
+		<-release
+		mu.Lock()
+		active[p.Key]--
+		concurrent--
+		mu.Unlock()
+		return nil
+	}
+	for i := range workers {
+		r.send(t, fmt.Sprintf("ns/k%d", i), 1)
+	}
+	r.start(t)
+	waitFor(t, "every worker busy", func() bool { return r.pat.calls.Load() == workers })
+	// New patches for keys in flight wait for their key; ns/k0 twice
+	// coalesces into one.
+	r.send(t, "ns/k0", 1)
+	r.send(t, "ns/k0", 1)
+	r.send(t, "ns/k1", 1)
+	close(release)
+	waitFor(t, "all patches applied", func() bool { return r.outcome(t, OutcomeOK) == workers+2 })
+	mu.Lock()
+	defer mu.Unlock()
+	if maxPerKey != 1 {
+		t.Errorf("up to %d concurrent calls for one key, want 1", maxPerKey)
+	}
+	if maxParallel != workers {
+		t.Errorf("up to %d concurrent calls, want %d", maxParallel, workers)
+	}
+}
+
+func TestDispatchStopCancelsInFlightAndDropsQueued(t *testing.T) {
+	r := newDrig(t)
+	r.lead(1)
+	r.pat.fn = func(ctx context.Context, _ tPayload) error {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	for i := range 4 {
+		r.send(t, fmt.Sprintf("ns/o%d", i), 1)
+	}
+	stop := r.start(t)
+	waitFor(t, "a call in flight", func() bool { return r.pat.calls.Load() == 1 })
+	if err := stop(); err != nil {
+		t.Fatalf("Run = %v, want nil on cancel", err)
+	}
+	if v := r.outcome(t, OutcomeCanceled); v != 1 {
+		t.Errorf("outcome{canceled} = %d, want 1", v)
+	}
+	if v := r.dropped(t, DropShutdown); v != 3 {
+		t.Errorf("dropped{shutdown} = %d, want 3", v)
+	}
+	if r.queue.Len() != 0 {
+		t.Errorf("queue holds %d patches after stop", r.queue.Len())
+	}
+	if err := r.d.Healthy(); !errors.Is(err, ErrNotRunning) {
+		t.Errorf("Healthy after stop = %v, want ErrNotRunning", err)
+	}
+}
+
+func TestDispatchDrainsClosedQueue(t *testing.T) {
+	r := newDrig(t)
+	r.lead(1)
+	for i := range 3 {
+		r.send(t, fmt.Sprintf("ns/o%d", i), 1)
+	}
+	r.queue.Close()
+	if err := r.d.Run(context.Background()); err != nil {
+		t.Fatalf("Run = %v, want nil once the closed queue is drained", err)
+	}
+	if n := len(r.pat.appliedKeys()); n != 3 {
+		t.Errorf("applied %d patches, want 3", n)
+	}
+	if err := r.d.Run(context.Background()); !errors.Is(err, ErrAlreadyRunning) {
+		t.Errorf("second Run = %v, want ErrAlreadyRunning", err)
+	}
+}
+
+func TestDispatcherHealthy(t *testing.T) {
+	r := newDrig(t, func(c *DispatcherConfig[tPayload]) { c.PatchTimeout = time.Second })
+	r.lead(1)
+	if err := r.d.Healthy(); !errors.Is(err, ErrNotRunning) {
+		t.Errorf("Healthy before Run = %v, want ErrNotRunning", err)
+	}
+	release := make(chan struct{})
+	r.pat.fn = func(context.Context, tPayload) error {
+		<-release // ignores its context
+		return nil
+	}
+	r.send(t, "ns/stuck", 1)
+	stop := r.start(t)
+	waitFor(t, "the call to start", func() bool { return r.pat.calls.Load() == 1 })
+	if err := r.d.Healthy(); err != nil {
+		t.Errorf("Healthy during a call = %v", err)
+	}
+	r.clock.Step(3 * time.Second)
+	if err := r.d.Healthy(); err == nil || !strings.Contains(err.Error(), "stuck") {
+		t.Errorf("Healthy with a call running 3×PatchTimeout = %v, want a stuck error", err)
+	}
+	close(release)
+	waitFor(t, "the call to end", func() bool { return r.d.Healthy() == nil })
+	_ = stop()
+	if err := r.d.Healthy(); !errors.Is(err, ErrNotRunning) {
+		t.Errorf("Healthy after Run = %v, want ErrNotRunning", err)
+	}
+}
+
+func TestNewDispatcherValidation(t *testing.T) {
+	q, err := NewPatchQueue(QueueConfig[Patch[tPayload]]{Capacity: 1, Key: PatchKey[tPayload]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	valid := func() DispatcherConfig[tPayload] {
+		return DispatcherConfig[tPayload]{Queue: q, Patcher: &recordingPatcher{}, Leader: newFakeObserver("me")}
+	}
+	cases := []struct {
+		name    string
+		mutate  func(*DispatcherConfig[tPayload])
+		wantErr string
+	}{
+		{"valid with defaults", func(*DispatcherConfig[tPayload]) {}, ""},
+		{"no queue", func(c *DispatcherConfig[tPayload]) { c.Queue = nil }, "DispatcherConfig.Queue"},
+		{"no patcher", func(c *DispatcherConfig[tPayload]) { c.Patcher = nil }, "DispatcherConfig.Patcher"},
+		{"no leader", func(c *DispatcherConfig[tPayload]) { c.Leader = nil }, "DispatcherConfig.Leader"},
+		{"empty identity", func(c *DispatcherConfig[tPayload]) { c.Leader = newFakeObserver("") }, "DispatcherConfig.Leader.Identity"},
+		{"negative timeout", func(c *DispatcherConfig[tPayload]) { c.PatchTimeout = -1 }, "DispatcherConfig.PatchTimeout"},
+		{"negative workers", func(c *DispatcherConfig[tPayload]) { c.Workers = -2 }, "DispatcherConfig.Workers"},
+		{"too many workers", func(c *DispatcherConfig[tPayload]) { c.Workers = 1 << 30 }, "DispatcherConfig.Workers"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := valid()
+			c.mutate(&cfg)
+			d, err := NewDispatcher(cfg)
+			switch {
+			case c.wantErr == "" && err != nil:
+				t.Fatalf("err = %v, want nil", err)
+			case c.wantErr == "" && (d.timeout != 5*time.Second || d.workers != 1):
+				t.Errorf("defaults: timeout %s workers %d, want 5s and 1", d.timeout, d.workers)
+			case c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)):
+				t.Errorf("err = %v, want one naming %s", err, c.wantErr)
+			}
+		})
+	}
+}

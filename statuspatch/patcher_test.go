@@ -1,0 +1,258 @@
+package statuspatch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+)
+
+// capturedRequest is what the fake API server saw.
+type capturedRequest struct {
+	Method, Path, ContentType, FieldManager string
+	Body                                    []byte
+}
+
+// fakeAPIServer answers every request with status and body, recording the
+// requests.
+type fakeAPIServer struct {
+	srv    *httptest.Server
+	client dynamic.Interface
+
+	mu     sync.Mutex
+	reqs   []capturedRequest
+	status int
+	body   string
+}
+
+func newFakeAPIServer(t *testing.T) *fakeAPIServer {
+	t.Helper()
+	f := &fakeAPIServer{status: http.StatusOK}
+	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		f.mu.Lock()
+		f.reqs = append(f.reqs, capturedRequest{
+			Method: r.Method, Path: r.URL.Path, ContentType: r.Header.Get("Content-Type"),
+			FieldManager: r.URL.Query().Get("fieldManager"), Body: body,
+		})
+		status, respBody := f.status, f.body
+		f.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = io.WriteString(w, respBody)
+	}))
+	tr := &http.Transport{}
+	t.Cleanup(func() {
+		tr.CloseIdleConnections()
+		f.srv.Close()
+	})
+	client, err := dynamic.NewForConfig(&rest.Config{Host: f.srv.URL, Transport: tr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.client = client
+	return f
+}
+
+func (f *fakeAPIServer) respond(status int, body string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.status, f.body = status, body
+}
+
+func (f *fakeAPIServer) requests() []capturedRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]capturedRequest(nil), f.reqs...)
+}
+
+func routesGVR() schema.GroupVersionResource {
+	return schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: "httproutes"}
+}
+
+const okRoute = `{"apiVersion":"gateway.networking.k8s.io/v1","kind":"HTTPRoute","metadata":{"name":"r1","namespace":"ns"}}`
+
+func TestDynamicStatusPatcherRequest(t *testing.T) {
+	cases := []struct {
+		name      string
+		namespace string
+		wantPath  string
+	}{
+		{"namespaced", "ns", "/apis/gateway.networking.k8s.io/v1/namespaces/ns/httproutes/r1/status"},
+		{"cluster-scoped", "", "/apis/gateway.networking.k8s.io/v1/httproutes/r1/status"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			api := newFakeAPIServer(t)
+			api.respond(http.StatusOK, okRoute)
+			p, err := NewDynamicStatusPatcher(api.client, routesGVR(), "example.com/route-status")
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = p.Patch(context.Background(), MergePatch{
+				Namespace: c.namespace, Name: "r1", ResourceVersion: "4711",
+				Status: json.RawMessage(`{"parents":[{"controllerName":"example.com/gw"}]}`),
+			})
+			if err != nil {
+				t.Fatalf("Patch: %v", err)
+			}
+			reqs := api.requests()
+			if len(reqs) != 1 {
+				t.Fatalf("%d requests, want 1", len(reqs))
+			}
+			r := reqs[0]
+			if r.Method != http.MethodPatch || r.Path != c.wantPath {
+				t.Errorf("request %s %s, want PATCH %s", r.Method, r.Path, c.wantPath)
+			}
+			if r.ContentType != "application/merge-patch+json" {
+				t.Errorf("content type %q, want application/merge-patch+json", r.ContentType)
+			}
+			if r.FieldManager != "example.com/route-status" {
+				t.Errorf("fieldManager %q", r.FieldManager)
+			}
+			var body struct {
+				Metadata struct {
+					ResourceVersion string `json:"resourceVersion"`
+				} `json:"metadata"`
+				Status map[string]any `json:"status"`
+			}
+			if err := json.Unmarshal(r.Body, &body); err != nil {
+				t.Fatalf("body %s: %v", r.Body, err)
+			}
+			if body.Metadata.ResourceVersion != "4711" {
+				t.Errorf("body %s lacks the resourceVersion precondition", r.Body)
+			}
+			if _, ok := body.Status["parents"]; !ok {
+				t.Errorf("body %s lacks the status", r.Body)
+			}
+		})
+	}
+}
+
+func TestDynamicStatusPatcherErrorsClassify(t *testing.T) {
+	status := func(code int, reason string) string {
+		b, _ := json.Marshal(metav1.Status{
+			TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+			Status:   metav1.StatusFailure, Code: int32(code), Reason: metav1.StatusReason(reason),
+			Message: "from the fake server",
+		})
+		return string(b)
+	}
+	cases := []struct {
+		code int
+		body string
+		want Outcome
+	}{
+		{http.StatusConflict, status(409, "Conflict"), OutcomeConflict},
+		{http.StatusNotFound, status(404, "NotFound"), OutcomeNotFound},
+		{http.StatusForbidden, status(403, "Forbidden"), OutcomeForbidden},
+		{http.StatusTooManyRequests, status(429, "TooManyRequests"), OutcomeThrottled},
+		{http.StatusUnprocessableEntity, status(422, "Invalid"), OutcomeOther},
+	}
+	for _, c := range cases {
+		t.Run(string(c.want), func(t *testing.T) {
+			api := newFakeAPIServer(t)
+			api.respond(c.code, c.body)
+			p, err := NewDynamicStatusPatcher(api.client, routesGVR(), "test")
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = p.Patch(context.Background(), MergePatch{Namespace: "ns", Name: "r1", ResourceVersion: "1", Status: json.RawMessage(`{}`)})
+			if got := Classify(err); got != c.want {
+				t.Errorf("Classify(%v) = %s, want %s", err, got, c.want)
+			}
+			if n := len(api.requests()); n != 1 {
+				t.Errorf("%d requests, want 1 (no retry)", n)
+			}
+		})
+	}
+}
+
+func TestDynamicStatusPatcherRejectsInvalidPatch(t *testing.T) {
+	cases := []struct {
+		name  string
+		patch MergePatch
+		want  string
+	}{
+		{"no name", MergePatch{Namespace: "ns", ResourceVersion: "1", Status: json.RawMessage(`{}`)}, "Name"},
+		{"no resourceVersion", MergePatch{Namespace: "ns", Name: "r", Status: json.RawMessage(`{}`)}, "ResourceVersion"},
+		{"no status", MergePatch{Namespace: "ns", Name: "r", ResourceVersion: "1"}, "Status"},
+		{"status null", MergePatch{Namespace: "ns", Name: "r", ResourceVersion: "1", Status: json.RawMessage(`null`)}, "Status"},
+		{"status not JSON", MergePatch{Namespace: "ns", Name: "r", ResourceVersion: "1", Status: json.RawMessage(`{"a":`)}, "Status"},
+	}
+	api := newFakeAPIServer(t)
+	p, err := NewDynamicStatusPatcher(api.client, routesGVR(), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cases {
+		err := p.Patch(context.Background(), c.patch)
+		if !errors.Is(err, ErrInvalidPatch) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want ErrInvalidPatch naming %s", c.name, err, c.want)
+		}
+	}
+	if n := len(api.requests()); n != 0 {
+		t.Errorf("%d requests sent for invalid patches", n)
+	}
+}
+
+func TestNewMergePatch(t *testing.T) {
+	obj := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "r1", ResourceVersion: "99"}}
+	status := struct {
+		Conditions []metav1.Condition `json:"conditions"`
+	}{Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Ok"}}}
+	p, err := NewMergePatch(obj, status)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Namespace != "ns" || p.Name != "r1" || p.ResourceVersion != "99" {
+		t.Errorf("patch = %+v", p)
+	}
+	body, err := p.Body()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"metadata":{"resourceVersion":"99"},"status":{"conditions":[{"type":"Ready","status":"True","lastTransitionTime":null,"reason":"Ok","message":""}]}}`
+	if string(body) != want {
+		t.Errorf("body\n got %s\nwant %s", body, want)
+	}
+	if _, err := NewMergePatch(obj, func() {}); err == nil {
+		t.Errorf("NewMergePatch of a func: want an error")
+	}
+}
+
+func TestNewDynamicStatusPatcherValidation(t *testing.T) {
+	api := newFakeAPIServer(t)
+	cases := []struct {
+		name   string
+		client dynamic.Interface
+		gvr    schema.GroupVersionResource
+		fm     string
+		want   string
+	}{
+		{"valid", api.client, routesGVR(), "fm", ""},
+		{"nil client", nil, routesGVR(), "fm", "client"},
+		{"no resource", api.client, schema.GroupVersionResource{Version: "v1"}, "fm", "gvr"},
+		{"no field manager", api.client, routesGVR(), "", "fieldManager"},
+		{"long field manager", api.client, routesGVR(), strings.Repeat("x", 129), "fieldManager"},
+	}
+	for _, c := range cases {
+		_, err := NewDynamicStatusPatcher(c.client, c.gvr, c.fm)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: %v", c.name, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: err = %v, want one naming %s", c.name, err, c.want)
+		}
+	}
+}
