@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver and etcd from the Go module proxy into e2e/.bin (git
-# ignores it). A binary is reused while its file name matches the module
-# version pinned in e2e/go.mod; otherwise it is rebuilt. Progress: one line per
-# compiled package, numbered against the total.
+# Builds kube-apiserver and etcd from the Go module proxy and links them into
+# e2e/.bin (git ignores it). The versioned binaries live in a machine-wide
+# store ($QP_BIN_CACHE, default ~/.cache/quietpatch/bin) so every clone on the
+# machine — CI's fresh clone included — reuses them; a binary is reused while
+# its file name matches the module version pinned in e2e/go.mod, otherwise it
+# is rebuilt. Progress: one line per 100 compiled packages, against the total.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bindir="${QP_BIN_DIR:-$PWD/.bin}"
-mkdir -p "$bindir"
+store="${QP_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/quietpatch/bin}"
+mkdir -p "$bindir" "$store"
 
 build() { # name pkg version
-  local name=$1 pkg=$2 ver=$3 out="$bindir/$1-$3"
+  local name=$1 pkg=$2 ver=$3 out="$store/$1-$3"
   if [[ -x "$out" ]]; then
     echo "==> $name $ver: cached at $out"
   else
@@ -24,7 +27,7 @@ build() { # name pkg version
     mv "$out.tmp" "$out"
     echo "==> $name built in $((SECONDS - start)) s"
   fi
-  ln -sf "$(basename "$out")" "$bindir/$name"
+  ln -sfn "$out" "$bindir/$name"
 }
 
 build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$(go list -m -f '{{.Version}}' k8s.io/kubernetes)"
