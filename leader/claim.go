@@ -13,7 +13,12 @@ import "time"
 // Epoch identifies one acquisition. It changes every time the lease is
 // acquired — also when the same holder acquires it again after losing it — so
 // work tagged with the epoch it was produced under can be fenced: work from an
-// earlier epoch must not be applied.
+// earlier epoch must not be applied. The [Claimer] keeps it in the Lease's
+// spec.leaseTransitions, which it increments on every acquisition; see the
+// package documentation for how that differs from client-go's leaderelection.
+//
+// Claim is a small value: compare claims with [Claim.Equal], not ==, since
+// == on time.Time also compares the location and monotonic reading.
 //
 // The zero Claim has no holder and is never current.
 type Claim struct {
@@ -23,6 +28,12 @@ type Claim struct {
 	Expiry time.Time
 	// Epoch increases with every acquisition of the lease.
 	Epoch int64
+}
+
+// Equal reports whether c and o describe the same claim: same holder, same
+// epoch and the same expiry instant.
+func (c Claim) Equal(o Claim) bool {
+	return c.Holder == o.Holder && c.Epoch == o.Epoch && c.Expiry.Equal(o.Expiry)
 }
 
 // IsCurrent reports whether somebody holds the claim at now.

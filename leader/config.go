@@ -1,0 +1,193 @@
+package leader
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/clock"
+)
+
+// Defaults applied by [NewClaimer] to zero fields of [Config].
+const (
+	// DefaultLeaseDuration is the default Config.LeaseDuration.
+	DefaultLeaseDuration = 15 * time.Second
+	// DefaultRetryPeriod is the default Config.RetryPeriod, unless half of
+	// RenewGrace is shorter.
+	DefaultRetryPeriod = 2 * time.Second
+	// DefaultCallTimeout is the default Config.CallTimeout, unless a third
+	// of LeaseDuration is shorter.
+	DefaultCallTimeout = 5 * time.Second
+)
+
+// ErrInvalidConfig is wrapped by every error [NewClaimer] returns for a
+// Config it rejects. The message names the offending field.
+var ErrInvalidConfig = errors.New("leader: invalid config")
+
+// Config configures a [Claimer]. Zero fields take the documented default;
+// [NewClaimer] rejects impossible combinations with an error naming the field.
+//
+// The timing fields relate as follows (defaults in parentheses):
+//
+//	0 < RetryPeriod (2s) < RenewGrace (⅔·LeaseDuration = 10s) < LeaseDuration (15s)
+//	0 < CallTimeout (min(5s, LeaseDuration/3) = 5s) < LeaseDuration
+//
+// A holder writes the Lease about once per LeaseDuration−RenewGrace (every 5s
+// with the defaults); a failed renewal is retried every RetryPeriod until the
+// claim runs out, so with the defaults a holder survives about RenewGrace/
+// RetryPeriod = 5 failed attempts, or an API server outage of up to
+// RenewGrace, without losing the lease.
+type Config struct {
+	// Namespace of the Lease. Required; must be a valid namespace name
+	// (RFC 1123 label).
+	Namespace string
+
+	// Name of the Lease. Required; must be a valid object name (RFC 1123
+	// subdomain).
+	Name string
+
+	// Identity is this replica's holder identity, written to
+	// spec.holderIdentity. Required. It must be unique per process, not
+	// merely per pod or host: two processes sharing an identity would both
+	// believe they hold the lease. A common choice is the pod name plus a
+	// random suffix generated at start-up.
+	Identity string
+
+	// LeaseDuration is how long a claim lasts after it was last written,
+	// and is stored in the Lease as spec.leaseDurationSeconds. Other
+	// replicas wait this long after they last saw the Lease change before
+	// they take it over. Default DefaultLeaseDuration (15s). Must be a
+	// whole number of seconds (the Lease stores seconds) and at least 1s.
+	LeaseDuration time.Duration
+
+	// RenewGrace: the holder renews its claim once less than RenewGrace of
+	// it remains, and keeps retrying every RetryPeriod until it succeeds or
+	// the claim runs out (client-go calls the equivalent span RenewDeadline).
+	// Default ⅔ of LeaseDuration (10s with the default LeaseDuration). Must
+	// be > 0 and < LeaseDuration.
+	RenewGrace time.Duration
+
+	// RetryPeriod is how often a request that failed for a transient reason
+	// (timeout, 5xx, 429, conflict) is retried, and how often a replica
+	// that does not hold the lease re-checks it (re-reading it from the API
+	// when its watch of the Lease is broken). Default DefaultRetryPeriod
+	// (2s), or RenewGrace/2 when that is shorter. Must be > 0 and <
+	// RenewGrace, so a failed renewal is retried before the claim runs out.
+	RetryPeriod time.Duration
+
+	// CallTimeout bounds every single API request (get, create, update,
+	// and opening the watch); a renewal is further bounded by the time
+	// left on our claim. It is a
+	// context deadline, so it is measured on the real clock even when
+	// Clock is a fake. Default min(DefaultCallTimeout, LeaseDuration/3)
+	// (5s with the default LeaseDuration). Must be > 0 and < LeaseDuration.
+	// The vacate request sent after Run's context is cancelled gets a fresh
+	// CallTimeout of its own.
+	CallTimeout time.Duration
+
+	// RequireExisting, when true, forbids the Claimer to create the Lease:
+	// it must exist already (created by the deployment), and Run returns
+	// an error wrapping ErrLeaseNotFound when it is missing or deleted. The
+	// default (false) creates the Lease, with this replica as the holder,
+	// whenever it is missing.
+	RequireExisting bool
+
+	// Clock is the clock all claim arithmetic and waiting use. Default
+	// (nil): the real clock. Tests inject k8s.io/utils/clock/testing's
+	// FakeClock.
+	Clock clock.Clock
+
+	// Logger receives a debug record when leadership changes (acquired,
+	// lost, vacated, another holder observed) and when requests start or
+	// stop failing — never one per unchanged renewal —, one warning if the
+	// Lease cannot be watched (say, RBAC lacks the watch verb), and an
+	// error record when Run fails. Nil discards all records.
+	Logger *slog.Logger
+
+	// Meter creates the instruments listed in the package documentation.
+	// Nil means a no-op meter.
+	Meter metric.Meter
+}
+
+// withDefaults returns cfg with zero fields set to their defaults and
+// validates the result.
+func (cfg Config) withDefaults() (Config, error) {
+	if cfg.Namespace == "" {
+		return cfg, configErr("Namespace must not be empty")
+	}
+	if errs := validation.IsDNS1123Label(cfg.Namespace); len(errs) > 0 {
+		return cfg, configErr("Namespace must be a valid namespace name, got %q: %s", cfg.Namespace, strings.Join(errs, "; "))
+	}
+	if cfg.Name == "" {
+		return cfg, configErr("Name must not be empty")
+	}
+	if errs := validation.IsDNS1123Subdomain(cfg.Name); len(errs) > 0 {
+		return cfg, configErr("Name must be a valid object name, got %q: %s", cfg.Name, strings.Join(errs, "; "))
+	}
+	if cfg.Identity == "" {
+		return cfg, configErr("Identity must not be empty")
+	}
+
+	if cfg.LeaseDuration == 0 {
+		cfg.LeaseDuration = DefaultLeaseDuration
+	}
+	if cfg.LeaseDuration < time.Second {
+		return cfg, configErr("LeaseDuration must be >= 1s, got %v", cfg.LeaseDuration)
+	}
+	if cfg.LeaseDuration%time.Second != 0 {
+		return cfg, configErr("LeaseDuration must be a whole number of seconds (the Lease stores leaseDurationSeconds), got %v", cfg.LeaseDuration)
+	}
+	if cfg.LeaseDuration/time.Second > (1<<31 - 1) {
+		return cfg, configErr("LeaseDuration must fit leaseDurationSeconds (int32), got %v", cfg.LeaseDuration)
+	}
+
+	if cfg.RenewGrace == 0 {
+		cfg.RenewGrace = cfg.LeaseDuration * 2 / 3
+	}
+	if cfg.RenewGrace <= 0 {
+		return cfg, configErr("RenewGrace must be > 0, got %v", cfg.RenewGrace)
+	}
+	if cfg.RenewGrace >= cfg.LeaseDuration {
+		return cfg, configErr("RenewGrace must be < LeaseDuration (%v), got %v", cfg.LeaseDuration, cfg.RenewGrace)
+	}
+
+	if cfg.RetryPeriod == 0 {
+		cfg.RetryPeriod = min(DefaultRetryPeriod, cfg.RenewGrace/2)
+	}
+	if cfg.RetryPeriod <= 0 {
+		return cfg, configErr("RetryPeriod must be > 0, got %v", cfg.RetryPeriod)
+	}
+	if cfg.RetryPeriod >= cfg.RenewGrace {
+		return cfg, configErr("RetryPeriod must be < RenewGrace (%v), got %v", cfg.RenewGrace, cfg.RetryPeriod)
+	}
+
+	if cfg.CallTimeout == 0 {
+		cfg.CallTimeout = min(DefaultCallTimeout, cfg.LeaseDuration/3)
+	}
+	if cfg.CallTimeout <= 0 {
+		return cfg, configErr("CallTimeout must be > 0, got %v", cfg.CallTimeout)
+	}
+	if cfg.CallTimeout >= cfg.LeaseDuration {
+		return cfg, configErr("CallTimeout must be < LeaseDuration (%v), got %v", cfg.LeaseDuration, cfg.CallTimeout)
+	}
+
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Meter == nil {
+		cfg.Meter = noop.Meter{}
+	}
+	return cfg, nil
+}
+
+func configErr(format string, args ...any) error {
+	return fmt.Errorf("%w: Config."+format, append([]any{ErrInvalidConfig}, args...)...)
+}

@@ -1,0 +1,118 @@
+package leader
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+func TestConfigDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		label                        string
+		in                           Config
+		lease, grace, retry, timeout time.Duration
+	}{
+		{
+			label: "all defaults",
+			in:    Config{},
+			lease: 15 * time.Second, grace: 10 * time.Second, retry: 2 * time.Second, timeout: 5 * time.Second,
+		},
+		{
+			label: "short lease: the others scale down",
+			in:    Config{LeaseDuration: 3 * time.Second},
+			lease: 3 * time.Second, grace: 2 * time.Second, retry: time.Second, timeout: time.Second,
+		},
+		{
+			label: "shortest lease",
+			in:    Config{LeaseDuration: time.Second},
+			lease: time.Second, grace: 666666666, retry: 333333333, timeout: 333333333,
+		},
+		{
+			label: "long lease: retry and timeout stay at their caps",
+			in:    Config{LeaseDuration: 60 * time.Second},
+			lease: 60 * time.Second, grace: 40 * time.Second, retry: 2 * time.Second, timeout: 5 * time.Second,
+		},
+		{
+			label: "explicit values kept",
+			in:    Config{LeaseDuration: 30 * time.Second, RenewGrace: 20 * time.Second, RetryPeriod: 3 * time.Second, CallTimeout: 4 * time.Second},
+			lease: 30 * time.Second, grace: 20 * time.Second, retry: 3 * time.Second, timeout: 4 * time.Second,
+		},
+	} {
+		t.Run(tc.label, func(t *testing.T) {
+			in := tc.in
+			in.Namespace, in.Name, in.Identity = "ns", "lease", "me"
+			c, err := NewClaimer(fake.NewSimpleClientset().CoordinationV1(), in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := c.Config()
+			for _, f := range []struct {
+				name      string
+				got, want time.Duration
+			}{
+				{"LeaseDuration", got.LeaseDuration, tc.lease},
+				{"RenewGrace", got.RenewGrace, tc.grace},
+				{"RetryPeriod", got.RetryPeriod, tc.retry},
+				{"CallTimeout", got.CallTimeout, tc.timeout},
+			} {
+				if f.got != f.want {
+					t.Errorf("%s = %v, want %v", f.name, f.got, f.want)
+				}
+			}
+			if got.Clock == nil || got.Logger == nil || got.Meter == nil {
+				t.Errorf("Clock, Logger, Meter not defaulted: %+v", got)
+			}
+			if got.RequireExisting {
+				t.Error("RequireExisting defaulted to true")
+			}
+		})
+	}
+}
+
+func TestConfigRejected(t *testing.T) {
+	valid := Config{Namespace: "ns", Name: "lease", Identity: "me"}
+	for _, tc := range []struct {
+		label  string
+		mutate func(*Config)
+		want   string // the message names the field
+	}{
+		{"no namespace", func(c *Config) { c.Namespace = "" }, "Config.Namespace must not be empty"},
+		{"bad namespace", func(c *Config) { c.Namespace = "Not_A_Label" }, "Config.Namespace must be a valid namespace name"},
+		{"no name", func(c *Config) { c.Name = "" }, "Config.Name must not be empty"},
+		{"bad name", func(c *Config) { c.Name = "UPPER/case" }, "Config.Name must be a valid object name"},
+		{"no identity", func(c *Config) { c.Identity = "" }, "Config.Identity must not be empty"},
+		{"negative lease", func(c *Config) { c.LeaseDuration = -time.Second }, "Config.LeaseDuration must be >= 1s, got -1s"},
+		{"sub-second lease", func(c *Config) { c.LeaseDuration = 500 * time.Millisecond }, "Config.LeaseDuration must be >= 1s"},
+		{"fractional lease", func(c *Config) { c.LeaseDuration = 1500 * time.Millisecond }, "Config.LeaseDuration must be a whole number of seconds"},
+		{"grace = duration", func(c *Config) { c.RenewGrace = 15 * time.Second }, "Config.RenewGrace must be < LeaseDuration (15s), got 15s"},
+		{"grace > duration", func(c *Config) { c.RenewGrace = time.Minute }, "Config.RenewGrace must be < LeaseDuration"},
+		{"negative grace", func(c *Config) { c.RenewGrace = -1 }, "Config.RenewGrace must be > 0"},
+		{"retry = grace", func(c *Config) { c.RetryPeriod = 10 * time.Second }, "Config.RetryPeriod must be < RenewGrace (10s), got 10s"},
+		{"negative retry", func(c *Config) { c.RetryPeriod = -time.Second }, "Config.RetryPeriod must be > 0"},
+		{"timeout = duration", func(c *Config) { c.CallTimeout = 15 * time.Second }, "Config.CallTimeout must be < LeaseDuration (15s), got 15s"},
+		{"negative timeout", func(c *Config) { c.CallTimeout = -time.Second }, "Config.CallTimeout must be > 0"},
+	} {
+		t.Run(tc.label, func(t *testing.T) {
+			cfg := valid
+			tc.mutate(&cfg)
+			c, err := NewClaimer(fake.NewSimpleClientset().CoordinationV1(), cfg)
+			if err == nil {
+				t.Fatalf("accepted: %+v", c.Config())
+			}
+			if !errors.Is(err, ErrInvalidConfig) {
+				t.Errorf("error %v does not wrap ErrInvalidConfig", err)
+			}
+			if !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "leader: ") {
+				t.Errorf("error %q, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+	t.Run("nil client", func(t *testing.T) {
+		if _, err := NewClaimer(nil, valid); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("NewClaimer(nil) = %v, want ErrInvalidConfig", err)
+		}
+	})
+}

@@ -1,0 +1,154 @@
+// Package leader elects one replica of a controller through a
+// coordination.k8s.io/v1 Lease, and tells every replica who holds it, until
+// when, and under which epoch.
+//
+// # Claims
+//
+// A [Claim] is one observation: Holder, Expiry on the observer's own clock,
+// and Epoch. Work done while leader — a status patch, say — is tagged with
+// the epoch it was produced under and applied only while
+// Current().IsCurrentFor(Identity(), now) holds and the epoch is unchanged:
+//
+//	claim := obs.Current()
+//	if !claim.IsCurrentFor(obs.Identity(), now) || claim.Epoch != item.Epoch {
+//		drop(item) // produced under another leadership, or we are not leader
+//	}
+//	ctx, cancel := context.WithTimeout(ctx, min(patchTimeout, claim.Remaining(now)))
+//
+// Consumers depend on the small [Observer] interface; [*Claimer] implements
+// it, and tests can supply their own.
+//
+// # The Claimer
+//
+// [NewClaimer] takes a typed client (clientset.CoordinationV1()) and a
+// [Config]; [Claimer.Run] then loops until its context is cancelled:
+//
+//   - Lease missing: create it with ourselves as holder (unless
+//     Config.RequireExisting, in which case Run fails with [ErrLeaseNotFound]).
+//   - Lease free (spec.holderIdentity empty) or its holder's claim run out:
+//     acquire it — write holderIdentity, acquireTime, renewTime,
+//     leaseDurationSeconds and a new spec.leaseTransitions.
+//   - Lease ours: renew it (renewTime) once less than RenewGrace of our claim
+//     remains; retry every RetryPeriod until it succeeds or the claim runs
+//     out, at which point we stop reporting ourselves as holder.
+//   - Held by another replica whose claim is current: wait, watching the
+//     Lease.
+//   - Run's context cancelled: if the Lease names us, clear holderIdentity
+//     (vacate) with a fresh CallTimeout, so a successor takes over at once
+//     instead of waiting for our claim to run out; then return ctx.Err().
+//
+// Every write is an update carrying the resourceVersion last read. A 409
+// Conflict means somebody else wrote in between: the claimer re-reads the
+// Lease and decides again; it never overwrites. Every request has its own
+// deadline (CallTimeout; for a renewal, also no later than our claim's end).
+//
+// [Claimer.Relinquish] vacates on purpose and keeps the replica out of the
+// race for a back-off, to hand leadership to another replica (during a
+// rolling update, or when this replica knows it is unhealthy).
+//
+// # Time and clock skew
+//
+// A holder's renewTime is written on the holder's clock and is never
+// compared with ours. Another replica's claim expires LeaseDuration (its
+// spec.leaseDurationSeconds) after the local time we last saw the Lease
+// change — any change of resourceVersion, holder or renewTime. Our own claim
+// expires LeaseDuration after the local time our successful acquire or renew
+// request was sent, which is never later than when any other replica saw it
+// land. So every replica's view of a claim ends no earlier than the holder's
+// own view; clocks need only run at about the same rate, not agree.
+//
+// Timeline with the defaults (LeaseDuration 15s, RenewGrace 10s,
+// RetryPeriod 2s, CallTimeout 5s), holder A, observer B:
+//
+//	t=0   A acquires (request sent at 0)       A: claim until 15   B sees it at 0.1: A's claim until 15.1
+//	t=5   A renews (10s left)                  A: until 20         B: until 20.1
+//	t=10  renew fails (API down); retry 12, 14 …
+//	t=20  A's claim runs out: A stops reporting itself as holder
+//	t=20.1 B's view of A's claim runs out: B acquires, epoch+1
+//
+// # Epochs and client-go
+//
+// The epoch is the Lease's spec.leaseTransitions. This claimer increments it
+// on every acquisition — including when the same holder acquires again
+// after its claim ran out or after it vacated — so an epoch identifies one
+// continuous period of leadership, and work from an earlier period can be
+// fenced even when the holder's identity did not change. If the Lease is
+// deleted and re-created, or another party writes a lower count, the next
+// acquisition still uses an epoch above every epoch this replica has seen,
+// so a replica's own epochs strictly increase.
+//
+// k8s.io/client-go/tools/leaderelection increments leaseTransitions only
+// when the holder identity changes, and renews every RetryPeriod rather than
+// when RenewGrace remains. The two agree on the rest of the protocol
+// (holderIdentity, leaseDurationSeconds, renewTime, observation-time expiry,
+// empty holder = free), so they exclude each other correctly if mixed on one
+// Lease, but client-go's epochs do not mark its same-holder re-acquisitions.
+// Use one implementation per Lease. This claimer does not set or honour the
+// coordinated-leader-election fields (spec.strategy, spec.preferredHolder).
+//
+// # Watching
+//
+// Every replica, leader or not, watches the Lease (a watch on
+// metadata.name=<Name>, re-established whenever it ends), and re-reads the
+// Lease with a GET when the watch reports a state it does not know — the GET
+// rather than the event is what it acts on, so a lagging event can never
+// make the holder believe it lost. A vacated Lease is thus taken over as
+// soon as the watch delivers the change. While the watch is broken, a
+// replica that does not hold the Lease re-reads it every RetryPeriod. A
+// holder does not read between its own writes: a conflict on the next
+// renewal tells it the Lease changed.
+//
+// # Failures and readiness
+//
+// Transient failures (timeouts, 5xx, 429, conflicts, connection errors) are
+// retried every RetryPeriod and never end Run: while they outlast our claim,
+// we are simply not the holder. Failures retrying cannot fix — Unauthorized,
+// Forbidden, an invalid request, the Lease missing with RequireExisting —
+// end Run with that error, and [Claimer.Ready] reports not ready from then
+// on (it also does before Run starts), so a readiness probe turns a dead
+// lease loop into a visible, restartable failure:
+//
+//	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+//		if err := claimer.Ready(); err != nil {
+//			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+//		}
+//	})
+//
+// # Permissions
+//
+// On leases in Config.Namespace: get, create (unless RequireExisting),
+// update, and watch. Without watch the claimer still works, re-reading the
+// Lease every RetryPeriod, and logs one warning.
+//
+// # Observability
+//
+// Logging goes to Config.Logger (nil discards): a debug record when this
+// replica acquires or loses the lease, when it vacates, when it sees
+// another holder (or none) take over, and when requests start or stop
+// failing — nothing per unchanged renewal — plus one error record when Run
+// fails.
+//
+// Instruments are created from Config.Meter (nil: no-op). Every data point
+// carries k8s.namespace.name and k8s.lease.name.
+//
+//	| name                          | kind                 | unit         | attributes        | meaning                                      |
+//	|-------------------------------|----------------------|--------------|-------------------|----------------------------------------------|
+//	| quietpatch.leader.is_leader   | Int64ObservableGauge | 1            |                   | 1 while our claim is current, else 0 (*)     |
+//	| quietpatch.leader.transitions | Int64Counter         | {transition} | direction         | acquired, lost: this replica's transitions   |
+//	| quietpatch.leader.requests    | Int64Counter         | {request}    | operation, result | Lease API requests by outcome                |
+//
+// (*) observed only while Run runs.
+//
+// operation is one of get, create, acquire, renew, vacate, watch; result is
+// one of ok, conflict (409, including AlreadyExists), not_found, forbidden,
+// unauthorized, invalid, throttled (429), timeout, error.
+//
+// # Testing
+//
+// Config.Clock accepts k8s.io/utils/clock/testing's FakeClock; the claimer
+// does all waiting on it. The package's own tests drive claimers against
+// k8s.io/client-go/kubernetes/fake with a reactor that enforces
+// resourceVersion preconditions (the fake does not), including several
+// claimers on one Lease. Request deadlines are context deadlines, measured
+// on the real clock.
+package leader

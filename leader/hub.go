@@ -1,0 +1,72 @@
+package leader
+
+import "sync"
+
+// hub holds the latest Claim and fans changes out to subscribers without
+// ever blocking the publisher.
+//
+// Each subscriber has a channel with a buffer of one. Publishing replaces a
+// value the subscriber has not received yet (drain, then send), so the
+// buffer always holds the newest claim and the send cannot block: only the
+// publisher sends, under mu, and after the drain the buffer has room. A
+// subscriber therefore sees claims in the order they were published, with
+// the ones it was too slow for skipped, and always ends on the latest.
+type hub struct {
+	mu    sync.Mutex
+	claim Claim
+	subs  map[chan Claim]struct{}
+}
+
+func (h *hub) current() Claim {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.claim
+}
+
+// publish records c and, when it differs from the previous claim, offers it
+// to every subscriber. It reports whether c was a change.
+func (h *hub) publish(c Claim) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if c.Equal(h.claim) {
+		return false
+	}
+	h.claim = c
+	for ch := range h.subs {
+		offer(ch, c)
+	}
+	return true
+}
+
+func offer(ch chan Claim, c Claim) {
+	select {
+	case ch <- c:
+		return
+	default:
+	}
+	select {
+	case <-ch: // drop the stale claim the subscriber has not taken yet
+	default:
+	}
+	ch <- c // cannot block: we are the only sender and the buffer has room
+}
+
+func (h *hub) subscribe() (<-chan Claim, func()) {
+	ch := make(chan Claim, 1)
+	h.mu.Lock()
+	if h.subs == nil {
+		h.subs = make(map[chan Claim]struct{})
+	}
+	h.subs[ch] = struct{}{}
+	ch <- h.claim
+	h.mu.Unlock()
+	var once sync.Once
+	return ch, func() {
+		once.Do(func() {
+			h.mu.Lock()
+			delete(h.subs, ch)
+			close(ch)
+			h.mu.Unlock()
+		})
+	}
+}

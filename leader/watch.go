@@ -1,0 +1,189 @@
+package leader
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	coordv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+// watchTimeoutSeconds asks the API server to end each watch after this
+// long; the watch is then re-established at once. It bounds the life of
+// the one long-running request the claimer makes.
+const watchTimeoutSeconds = 5 * 60
+
+// watchState is what the watch goroutine tells the loop. The loop only
+// learns that something changed; it re-reads the Lease with a GET before
+// acting, so a watch event that lags behind our own writes can never make
+// us believe we lost the lease.
+type watchState struct {
+	mu      sync.Mutex
+	healthy bool   // a watch is established
+	seq     uint64 // incremented at every event about our Lease
+	last    watchEvent
+	warned  bool // a permanent watch failure was logged
+}
+
+type watchEvent struct {
+	seq     uint64
+	deleted bool
+	key     leaseKey
+}
+
+func (c *Claimer) watchHealthy() bool {
+	c.watch.mu.Lock()
+	defer c.watch.mu.Unlock()
+	return c.watch.healthy
+}
+
+// watchEvent returns the latest watch event if it is newer than seq.
+func (c *Claimer) watchEvent(seq uint64) (watchEvent, bool) {
+	c.watch.mu.Lock()
+	defer c.watch.mu.Unlock()
+	if c.watch.seq == seq {
+		return watchEvent{}, false
+	}
+	return c.watch.last, true
+}
+
+func (c *Claimer) setWatchHealthy(ok bool) {
+	c.watch.mu.Lock()
+	c.watch.healthy = ok
+	c.watch.mu.Unlock()
+}
+
+func (c *Claimer) noteWatchEvent(deleted bool, key leaseKey) {
+	c.watch.mu.Lock()
+	c.watch.seq++
+	c.watch.last = watchEvent{seq: c.watch.seq, deleted: deleted, key: key}
+	c.watch.mu.Unlock()
+	select {
+	case c.kick <- struct{}{}:
+	default: // a kick is pending already; the loop will read the latest event
+	}
+}
+
+// watchLease watches the Lease until ctx is done, re-establishing the watch
+// whenever it ends: at once after a watch that lasted at least RetryPeriod
+// (the server ends each after watchTimeoutSeconds), otherwise — it failed
+// or ended early — after RetryPeriod, so a misbehaving server or proxy
+// cannot turn this into a busy loop. Meanwhile the loop re-reads the Lease
+// every RetryPeriod instead.
+//
+// The watch asks for no resourceVersion, so the server starts it with the
+// Lease's current state; the field selector limits it to our Lease, and
+// events for other Leases are ignored anyway (fake clients ignore selectors).
+func (c *Claimer) watchLease(ctx context.Context) {
+	opts := metav1.ListOptions{
+		FieldSelector:  fields.OneTermEqualSelector("metadata.name", c.cfg.Name).String(),
+		TimeoutSeconds: ptr(int64(watchTimeoutSeconds)),
+	}
+	for ctx.Err() == nil {
+		started := c.clk.Now()
+		w, err := c.startWatch(ctx, opts)
+		if ctx.Err() != nil {
+			if err == nil {
+				w.Stop()
+			}
+			return
+		}
+		c.in.request(opWatch, err)
+		if err == nil {
+			c.setWatchHealthy(true)
+			c.consume(ctx, w)
+			w.Stop()
+			c.setWatchHealthy(false)
+		} else {
+			c.watchFailed(err)
+		}
+		if c.clk.Since(started) >= c.cfg.RetryPeriod {
+			continue // a watch that lived its life: re-establish at once
+		}
+		t := c.clk.NewTimer(c.cfg.RetryPeriod)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+	}
+}
+
+// startWatch opens the watch under CallTimeout. The watch's context must
+// outlive the call — cancelling it ends the stream — so the deadline is a
+// timer that cancels it only if the call has not returned in time.
+func (c *Claimer) startWatch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	wctx, cancel := context.WithCancelCause(ctx)
+	timer := time.AfterFunc(c.cfg.CallTimeout, func() { cancel(context.DeadlineExceeded) })
+	w, err := c.leases.Watch(wctx, opts)
+	if !timer.Stop() { // too late: the stream's context is cancelled
+		if err == nil {
+			w.Stop()
+		}
+		cancel(nil)
+		return nil, fmt.Errorf("leader: opening the watch: %w", context.DeadlineExceeded)
+	}
+	if err != nil {
+		cancel(nil)
+		return nil, err
+	}
+	return &cancelOnStop{Interface: w, cancel: func() { cancel(nil) }}, nil
+}
+
+// cancelOnStop releases the watch's context when the watch is stopped.
+type cancelOnStop struct {
+	watch.Interface
+	cancel func()
+}
+
+func (w *cancelOnStop) Stop() {
+	w.Interface.Stop()
+	w.cancel()
+}
+
+// consume forwards events about our Lease until the watch ends or ctx is
+// done.
+func (c *Claimer) consume(ctx context.Context, w watch.Interface) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return
+			}
+			switch ev.Type {
+			case watch.Added, watch.Modified, watch.Deleted:
+				lease, isLease := ev.Object.(*coordv1.Lease)
+				if !isLease || lease.Name != c.cfg.Name || lease.Namespace != c.cfg.Namespace && lease.Namespace != "" {
+					continue
+				}
+				c.noteWatchEvent(ev.Type == watch.Deleted, keyOf(lease))
+			case watch.Error:
+				return
+			}
+		}
+	}
+}
+
+// watchFailed logs a watch that cannot be established: at debug level, but
+// a permanent failure (say RBAC lacks the watch verb) once as a warning,
+// since the claimer then polls instead.
+func (c *Claimer) watchFailed(err error) {
+	if fatal(err) {
+		c.watch.mu.Lock()
+		warned := c.watch.warned
+		c.watch.warned = true
+		c.watch.mu.Unlock()
+		if !warned {
+			c.log.Warn("leader: cannot watch the lease; re-reading it every RetryPeriod instead", "err", err, "retryPeriod", c.cfg.RetryPeriod)
+		}
+		return
+	}
+	c.log.Debug("leader: watching the lease failed", "err", err)
+}
