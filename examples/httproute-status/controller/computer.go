@@ -1,0 +1,137 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayv1client "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned/typed/apis/v1"
+	gatewayv1listers "sigs.k8s.io/gateway-api/pkg/client/listers/apis/v1"
+
+	"github.com/quietpatch/quietpatch/examples/httproute-status/routestatus"
+	"github.com/quietpatch/quietpatch/statuspatch"
+)
+
+// Type parameters of the library's generic types for HTTPRoutes: objects
+// are the informer's *HTTPRoute, statuses HTTPRouteStatus, and patches
+// statuspatch.MergePatch (a status merge patch with a resourceVersion
+// precondition).
+type (
+	routeObject = *gatewayv1.HTTPRoute
+	routeStatus = gatewayv1.HTTPRouteStatus
+	routePatch  = statuspatch.MergePatch
+)
+
+// routeSource is the reconciler's statuspatch.Source: the HTTPRoute
+// informer's lister. It makes no API call.
+type routeSource struct {
+	lister gatewayv1listers.HTTPRouteLister
+}
+
+var _ statuspatch.Source[routeObject] = routeSource{}
+
+// List returns every route in the cache (a fresh slice; the routes are the
+// cache's and are not modified).
+func (s routeSource) List() ([]routeObject, error) {
+	return s.lister.List(labels.Everything())
+}
+
+// Get returns the route key from the cache.
+func (s routeSource) Get(key types.NamespacedName) (routeObject, bool, error) {
+	r, err := s.lister.HTTPRoutes(key.Namespace).Get(key.Name)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, err
+	}
+	return r, true, nil
+}
+
+// routeComputer is the reconciler's statuspatch.StatusComputer: Compute
+// from routestatus for the desired status, the typed (time- and
+// order-insensitive, allocation-free) routestatus.Equal for the comparison,
+// and a merge patch of status.parents for the change.
+type routeComputer struct {
+	computer *routestatus.Computer
+	lookup   routestatus.Lookup
+	now      func() time.Time
+}
+
+var _ statuspatch.StatusComputer[routeObject, routeStatus, routePatch] = routeComputer{}
+
+func (c routeComputer) Key(r routeObject) types.NamespacedName {
+	return types.NamespacedName{Namespace: r.Namespace, Name: r.Name}
+}
+
+func (c routeComputer) Current(r routeObject) routeStatus { return r.Status }
+
+func (c routeComputer) Desired(r routeObject) (routeStatus, error) {
+	return c.computer.Compute(r, c.lookup, c.now()), nil
+}
+
+func (c routeComputer) Equal(current, desired routeStatus) bool {
+	return routestatus.Equal(current, desired)
+}
+
+// statusBody is the JSON merged into .status: the whole (listType=atomic)
+// parents list, never null (the field is required).
+type statusBody struct {
+	Parents []gatewayv1.RouteParentStatus `json:"parents"`
+}
+
+// Patch builds the merge patch; it refuses a status the CRD would reject
+// (routestatus.Validate), so such a route counts as a reconcile error and
+// nothing is sent.
+func (c routeComputer) Patch(r routeObject, desired routeStatus) (routePatch, error) {
+	if err := routestatus.Validate(desired); err != nil {
+		return routePatch{}, err
+	}
+	parents := desired.Parents
+	if parents == nil {
+		parents = []gatewayv1.RouteParentStatus{}
+	}
+	return statuspatch.NewMergePatch(r, statusBody{Parents: parents})
+}
+
+// statusPatcher applies merge patches to the status subresource of
+// HTTPRoutes through the typed Gateway API client:
+//
+//	PATCH /apis/gateway.networking.k8s.io/v1/namespaces/<ns>/httproutes/<name>/status
+//	Content-Type: application/merge-patch+json
+//	?fieldManager=<FieldManager>
+//	{"metadata":{"resourceVersion":"<rv>"},"status":{"parents":[...]}}
+//
+// It is statuspatch.DynamicStatusPatcher's twin over the typed client the
+// controller already has (and whose fake the informers share in tests).
+type statusPatcher struct {
+	client       gatewayv1client.HTTPRoutesGetter
+	fieldManager string
+}
+
+var _ statuspatch.Patcher[routePatch] = statusPatcher{}
+
+func (p statusPatcher) Patch(ctx context.Context, mp routePatch) error {
+	body, err := mp.Body()
+	if err != nil {
+		return err
+	}
+	_, err = p.client.HTTPRoutes(mp.Namespace).Patch(ctx, mp.Name, types.MergePatchType, body,
+		metav1.PatchOptions{FieldManager: p.fieldManager}, "status")
+	if err != nil {
+		return fmt.Errorf("patch status of HTTPRoute %s/%s: %w", mp.Namespace, mp.Name, err)
+	}
+	return nil
+}
+
+// diffOptions are the go-cmp options of the reconciler's debug-level diff
+// of a changed status: what changed, not when.
+func diffOptions() []cmp.Option {
+	return []cmp.Option{statuspatch.IgnoreConditionTransitionTime(), statuspatch.SortConditions()}
+}

@@ -1,0 +1,259 @@
+package controller
+
+import (
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+)
+
+// Index names on the HTTPRoute and Gateway informers. An informer event on
+// an object a route refers to enqueues exactly the routes the index names
+// for it:
+//
+//	event on            enqueues the routes                                       through
+//	HTTPRoute           itself                                                    —
+//	Service ns/n        with a backendRef (or mirror) or a Service parentRef ns/n indexService
+//	Gateway ns/n        with a Gateway parentRef ns/n                             indexGateway
+//	GatewayClass c      with a parentRef to a Gateway of class c                  indexGatewayClass, then indexGateway
+//	ReferenceGrant in ns with a backendRef into ns from another namespace         indexGrantNamespace
+//	Namespace ns        in ns (allowedRoutes selectors match its labels)          cache.NamespaceIndex
+const (
+	indexService        = "quietpatch.io/service"
+	indexGateway        = "quietpatch.io/gateway"
+	indexGrantNamespace = "quietpatch.io/grant-namespace"
+	indexGatewayClass   = "quietpatch.io/gateway-class"
+)
+
+// routeIndexers are the indexers added to the HTTPRoute informer (which
+// has cache.NamespaceIndex already).
+func routeIndexers() cache.Indexers {
+	return cache.Indexers{
+		indexService:        indexRoute(routeServices),
+		indexGateway:        indexRoute(routeGateways),
+		indexGrantNamespace: indexRoute(routeGrantNamespaces),
+	}
+}
+
+// gatewayIndexers are the indexers of the Gateway informer.
+func gatewayIndexers() cache.Indexers {
+	return cache.Indexers{
+		indexGatewayClass: func(obj any) ([]string, error) {
+			gw, ok := obj.(*gatewayv1.Gateway)
+			if !ok {
+				return nil, fmt.Errorf("controller: gateway index: unexpected %T", obj)
+			}
+			return []string{string(gw.Spec.GatewayClassName)}, nil
+		},
+	}
+}
+
+func indexRoute(f func(*gatewayv1.HTTPRoute) []string) cache.IndexFunc {
+	return func(obj any) ([]string, error) {
+		r, ok := obj.(*gatewayv1.HTTPRoute)
+		if !ok {
+			return nil, fmt.Errorf("controller: route index: unexpected %T", obj)
+		}
+		return f(r), nil
+	}
+}
+
+// nsName formats "namespace/name", the index value of a namespaced object.
+func nsName(ns, name string) string { return ns + "/" + name }
+
+// forEachBackend calls f with every backend reference of r: the backendRefs
+// of its rules and the backendRef of every RequestMirror filter (of rules
+// and of backendRefs) — the references Compute resolves.
+func forEachBackend(r *gatewayv1.HTTPRoute, f func(*gatewayv1.BackendObjectReference)) {
+	mirror := func(fl *gatewayv1.HTTPRouteFilter) {
+		if fl.Type == gatewayv1.HTTPRouteFilterRequestMirror && fl.RequestMirror != nil {
+			f(&fl.RequestMirror.BackendRef)
+		}
+	}
+	for ri := range r.Spec.Rules {
+		rule := &r.Spec.Rules[ri]
+		for bi := range rule.BackendRefs {
+			b := &rule.BackendRefs[bi]
+			f(&b.BackendObjectReference)
+			for fi := range b.Filters {
+				mirror(&b.Filters[fi])
+			}
+		}
+		for fi := range rule.Filters {
+			mirror(&rule.Filters[fi])
+		}
+	}
+}
+
+// isServiceBackend reports whether ref designates a core Service (group "",
+// kind Service after defaulting).
+func isServiceBackend(ref *gatewayv1.BackendObjectReference) bool {
+	return (ref.Group == nil || *ref.Group == "") && (ref.Kind == nil || *ref.Kind == "Service")
+}
+
+func backendNamespace(r *gatewayv1.HTTPRoute, ref *gatewayv1.BackendObjectReference) string {
+	if ref.Namespace != nil && *ref.Namespace != "" {
+		return string(*ref.Namespace)
+	}
+	return r.Namespace
+}
+
+func parentNamespace(r *gatewayv1.HTTPRoute, ref *gatewayv1.ParentReference) string {
+	if ref.Namespace != nil && *ref.Namespace != "" {
+		return string(*ref.Namespace)
+	}
+	return r.Namespace
+}
+
+// parentGroupKind returns the group and kind of ref after CRD defaulting.
+func parentGroupKind(ref *gatewayv1.ParentReference) (string, string) {
+	group, kind := gatewayv1.GroupName, "Gateway"
+	if ref.Group != nil {
+		group = string(*ref.Group)
+	}
+	if ref.Kind != nil {
+		kind = string(*ref.Kind)
+	}
+	return group, kind
+}
+
+// routeServices: "ns/name" of every Service the route refers to, as a
+// backend or as a (mesh) parent.
+func routeServices(r *gatewayv1.HTTPRoute) []string {
+	var out []string
+	forEachBackend(r, func(ref *gatewayv1.BackendObjectReference) {
+		if isServiceBackend(ref) {
+			out = append(out, nsName(backendNamespace(r, ref), string(ref.Name)))
+		}
+	})
+	for i := range r.Spec.ParentRefs {
+		ref := &r.Spec.ParentRefs[i]
+		if g, k := parentGroupKind(ref); g == "" && k == "Service" {
+			out = append(out, nsName(parentNamespace(r, ref), string(ref.Name)))
+		}
+	}
+	return dedup(out)
+}
+
+// routeGateways: "ns/name" of every Gateway parent of the route.
+func routeGateways(r *gatewayv1.HTTPRoute) []string {
+	var out []string
+	for i := range r.Spec.ParentRefs {
+		ref := &r.Spec.ParentRefs[i]
+		if g, k := parentGroupKind(ref); g == gatewayv1.GroupName && k == "Gateway" {
+			out = append(out, nsName(parentNamespace(r, ref), string(ref.Name)))
+		}
+	}
+	return dedup(out)
+}
+
+// routeGrantNamespaces: the namespaces, other than the route's own, of its
+// Service backends — where a ReferenceGrant decides whether it may refer
+// to them.
+func routeGrantNamespaces(r *gatewayv1.HTTPRoute) []string {
+	var out []string
+	forEachBackend(r, func(ref *gatewayv1.BackendObjectReference) {
+		if ns := backendNamespace(r, ref); ns != r.Namespace && isServiceBackend(ref) {
+			out = append(out, ns)
+		}
+	})
+	return dedup(out)
+}
+
+func dedup(s []string) []string {
+	if len(s) < 2 {
+		return s
+	}
+	slices.Sort(s)
+	return slices.Compact(s)
+}
+
+// enqueuer turns informer events into per-route reconciles.
+type enqueuer struct {
+	routes   cache.Indexer
+	gateways cache.Indexer
+	enqueue  func(types.NamespacedName)
+}
+
+// byIndex enqueues the routes that index name maps value to.
+func (e *enqueuer) byIndex(name, value string) {
+	objs, err := e.routes.ByIndex(name, value)
+	if err != nil {
+		return // unknown index: a programming error caught by the tests
+	}
+	for _, o := range objs {
+		if r, ok := o.(*gatewayv1.HTTPRoute); ok {
+			e.enqueue(types.NamespacedName{Namespace: r.Namespace, Name: r.Name})
+		}
+	}
+}
+
+// objectOf unwraps a tombstone.
+func objectOf(obj any) metav1.Object {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	m, _ := obj.(metav1.Object)
+	return m
+}
+
+// handler returns event handlers that call on for added and deleted
+// objects, and for updates that changed the object (a different
+// resourceVersion).
+func handler(on func(metav1.Object)) cache.ResourceEventHandlerFuncs {
+	call := func(obj any) {
+		if m := objectOf(obj); m != nil {
+			on(m)
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: call,
+		UpdateFunc: func(oldObj, newObj any) {
+			o, n := objectOf(oldObj), objectOf(newObj)
+			if o != nil && n != nil && o.GetResourceVersion() == n.GetResourceVersion() {
+				return
+			}
+			call(newObj)
+		},
+		DeleteFunc: call,
+	}
+}
+
+func (e *enqueuer) onRoute(m metav1.Object) {
+	e.enqueue(types.NamespacedName{Namespace: m.GetNamespace(), Name: m.GetName()})
+}
+
+func (e *enqueuer) onService(m metav1.Object) {
+	e.byIndex(indexService, nsName(m.GetNamespace(), m.GetName()))
+}
+
+func (e *enqueuer) onGateway(m metav1.Object) {
+	e.byIndex(indexGateway, nsName(m.GetNamespace(), m.GetName()))
+}
+
+func (e *enqueuer) onGatewayClass(m metav1.Object) {
+	gws, err := e.gateways.ByIndex(indexGatewayClass, m.GetName())
+	if err != nil {
+		return
+	}
+	for _, o := range gws {
+		if gw, ok := o.(*gatewayv1.Gateway); ok {
+			e.onGateway(gw)
+		}
+	}
+}
+
+func (e *enqueuer) onReferenceGrant(m metav1.Object) {
+	e.byIndex(indexGrantNamespace, m.GetNamespace())
+}
+
+func (e *enqueuer) onNamespace(m metav1.Object) {
+	if _, ok := m.(*corev1.Namespace); !ok {
+		return
+	}
+	e.byIndex(cache.NamespaceIndex, m.GetName())
+}
