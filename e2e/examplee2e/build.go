@@ -1,0 +1,107 @@
+package examplee2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// ExamplesModule is the module path of the examples module.
+const ExamplesModule = "github.com/quietpatch/quietpatch/examples"
+
+// ControllerPackage is the controller command, relative to the examples module.
+const ControllerPackage = "./httproute-status"
+
+// ControllerBinary is the file name BuildController writes.
+const ControllerBinary = "httproute-status"
+
+// ExamplesDir returns the directory of the examples module: the go.mod of
+// module ExamplesModule found in a sibling "examples" directory of a parent
+// of the working directory or of this source file.
+func ExamplesDir() (string, error) {
+	var starts []string
+	if wd, err := os.Getwd(); err == nil {
+		starts = append(starts, wd)
+	}
+	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
+		starts = append(starts, filepath.Dir(file))
+	}
+	for _, start := range starts {
+		for d := start; ; d = filepath.Dir(d) {
+			cand := filepath.Join(d, "examples")
+			if modulePath(filepath.Join(cand, "go.mod")) == ExamplesModule {
+				return cand, nil
+			}
+			if filepath.Dir(d) == d {
+				break
+			}
+		}
+	}
+	return "", fmt.Errorf("examplee2e: no examples/go.mod of module %s above %s", ExamplesModule, strings.Join(starts, " or "))
+}
+
+func modulePath(gomod string) string {
+	b, err := os.ReadFile(gomod)
+	if err != nil {
+		return ""
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "module"); ok {
+			return strings.Trim(strings.TrimSpace(rest), `"`)
+		}
+	}
+	return ""
+}
+
+// DeployDir is the example's deploy directory (RBAC manifests) inside the
+// examples module.
+func DeployDir(examplesDir string) string {
+	return filepath.Join(examplesDir, "httproute-status", "deploy")
+}
+
+// BuildController builds the controller command of the examples module
+// (go build, so the build cache makes a rebuild quick) into
+// outDir/ControllerBinary and returns its path and how long the build took.
+func BuildController(ctx context.Context, examplesDir, outDir string) (string, time.Duration, error) {
+	begin := time.Now()
+	out := filepath.Join(outDir, ControllerBinary)
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, ControllerPackage)
+	cmd.Dir = examplesDir
+	var output bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &output, &output
+	if err := cmd.Run(); err != nil {
+		return "", 0, fmt.Errorf("examplee2e: go build %s in %s: %w\n%s", ControllerPackage, examplesDir, err, output.Bytes())
+	}
+	return out, time.Since(begin), nil
+}
+
+// WriteKubeconfig writes a kubeconfig file for cfg's server, CA and bearer
+// token (as cluster.ControlPlane.ConfigFor returns them), readable only by
+// its owner.
+func WriteKubeconfig(path string, cfg *rest.Config) error {
+	if cfg.BearerToken == "" {
+		return fmt.Errorf("%w: WriteKubeconfig needs a rest.Config with a BearerToken", ErrInvalidConfig)
+	}
+	const name = "quietpatch-e2e"
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters[name] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
+	kc.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
+	kc.CurrentContext = name
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		return fmt.Errorf("examplee2e: writing kubeconfig: %w", err)
+	}
+	return os.Chmod(path, 0o600)
+}
