@@ -38,7 +38,10 @@ var ratios = []ratio{
 	{"convergence: 1 worker / floor", "BenchmarkConvergence/quietpatch-1", "BenchmarkConvergence/floor-1", "routes/s", ""},
 	{"convergence: N workers / floor", "BenchmarkConvergence/quietpatch-N", "BenchmarkConvergence/floor-N", "routes/s", "≥ 0.8"},
 	{"convergence: N workers / 1 in flight", "BenchmarkConvergence/quietpatch-N", "BenchmarkConvergence/quietpatch-1", "routes/s", "≥ 4"},
+	{"convergence (floor): N / 1 in flight", "BenchmarkConvergence/floor-N", "BenchmarkConvergence/floor-1", "routes/s", ""},
 	{"memory, stalled API: unbounded / quietpatch heap", "BenchmarkStalledMemory/unbounded", "BenchmarkStalledMemory/quietpatch", "heap-MiB", ""},
+	{"memory, stalled API: unbounded / quietpatch heap growth", "BenchmarkStalledMemory/unbounded", "BenchmarkStalledMemory/quietpatch", "growth-MiB", ""},
+	{"failover: crash / vacate (to first write)", "BenchmarkFailover/crash", "BenchmarkFailover/vacate", "s", ""},
 }
 
 var lineRE = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+(.*)$`)

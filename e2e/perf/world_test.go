@@ -1,0 +1,963 @@
+package perf
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	kubeinformers "k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
+	gatewayinformers "sigs.k8s.io/gateway-api/pkg/client/informers/externalversions"
+	gatewayv1listers "sigs.k8s.io/gateway-api/pkg/client/listers/apis/v1"
+
+	"github.com/quietpatch/quietpatch/e2e/cluster"
+	"github.com/quietpatch/quietpatch/examples/httproute-status/fixtures"
+	"github.com/quietpatch/quietpatch/examples/httproute-status/routestatus"
+	"github.com/quietpatch/quietpatch/leader"
+	"github.com/quietpatch/quietpatch/statuspatch"
+)
+
+// ---- configuration ----
+
+// config holds the sizes of the benchmarks, read from the environment (see
+// the package documentation for the table).
+type config struct {
+	Routes         int           // QP_PERF_ROUTES
+	ConvergeRoutes int           // QP_PERF_CONVERGE_ROUTES
+	Workers        int           // QP_PERF_WORKERS
+	K              int           // QP_PERF_K
+	Intervals      int           // QP_PERF_INTERVALS
+	NaiveIntervals int           // QP_PERF_NAIVE_INTERVALS
+	Capacity       int           // QP_PERF_CAPACITY
+	Lease          time.Duration // QP_PERF_LEASE
+	StallPasses    int           // QP_PERF_STALL_PASSES
+	StallInterval  time.Duration // QP_PERF_STALL_INTERVAL
+	StallRecover   time.Duration // QP_PERF_STALL_RECOVER
+	SamplePeriod   time.Duration // QP_PERF_SAMPLE
+	PlotsDir       string        // QP_PLOTS_DIR
+}
+
+func loadConfig() (config, error) {
+	c := config{
+		Routes: 10_000, ConvergeRoutes: 3_000, Workers: 16, K: 50, Intervals: 5, NaiveIntervals: 1,
+		Capacity: 1_000, Lease: 15 * time.Second,
+		StallPasses: 10, StallInterval: time.Second, StallRecover: 5 * time.Second, SamplePeriod: 500 * time.Millisecond,
+		PlotsDir: os.Getenv("QP_PLOTS_DIR"),
+	}
+	var errs []error
+	ints := []struct {
+		env string
+		v   *int
+		min int
+	}{
+		{"QP_PERF_ROUTES", &c.Routes, 10}, {"QP_PERF_CONVERGE_ROUTES", &c.ConvergeRoutes, 1},
+		{"QP_PERF_WORKERS", &c.Workers, 1}, {"QP_PERF_K", &c.K, 1}, {"QP_PERF_INTERVALS", &c.Intervals, 1},
+		{"QP_PERF_NAIVE_INTERVALS", &c.NaiveIntervals, 1}, {"QP_PERF_CAPACITY", &c.Capacity, 1},
+		{"QP_PERF_STALL_PASSES", &c.StallPasses, 1},
+	}
+	for _, f := range ints {
+		s := os.Getenv(f.env)
+		if s == "" {
+			continue
+		}
+		v, err := strconv.Atoi(s)
+		if err != nil || v < f.min {
+			errs = append(errs, fmt.Errorf("%s must be an integer >= %d, got %q", f.env, f.min, s))
+			continue
+		}
+		*f.v = v
+	}
+	durs := []struct {
+		env string
+		v   *time.Duration
+		min time.Duration
+	}{
+		{"QP_PERF_LEASE", &c.Lease, 2 * time.Second}, {"QP_PERF_STALL_INTERVAL", &c.StallInterval, 10 * time.Millisecond},
+		{"QP_PERF_STALL_RECOVER", &c.StallRecover, 0}, {"QP_PERF_SAMPLE", &c.SamplePeriod, 10 * time.Millisecond},
+	}
+	for _, f := range durs {
+		s := os.Getenv(f.env)
+		if s == "" {
+			continue
+		}
+		v, err := time.ParseDuration(s)
+		if err != nil || v < f.min {
+			errs = append(errs, fmt.Errorf("%s must be a duration >= %v, got %q", f.env, f.min, s))
+			continue
+		}
+		*f.v = v
+	}
+	if c.Lease%time.Second != 0 {
+		errs = append(errs, fmt.Errorf("QP_PERF_LEASE must be a whole number of seconds, got %v", c.Lease))
+	}
+	if c.ConvergeRoutes > c.Routes {
+		errs = append(errs, fmt.Errorf("QP_PERF_CONVERGE_ROUTES (%d) must not exceed QP_PERF_ROUTES (%d)", c.ConvergeRoutes, c.Routes))
+	}
+	if c.K > c.Routes {
+		errs = append(errs, fmt.Errorf("QP_PERF_K (%d) must not exceed QP_PERF_ROUTES (%d)", c.K, c.Routes))
+	}
+	return c, errors.Join(errs...)
+}
+
+// ---- the shared world: one control plane, one set of routes, informers ----
+
+const (
+	controllerName = "example.com/quietpatch-perf"
+	fieldManager   = "quietpatch-perf"
+	// routesPerNamespace spreads the routes; the API server's service IP
+	// range (a /24) holds the two ClusterIP Services of at most ~120
+	// application namespaces.
+	routesPerNamespace = 100
+	maxNamespaces      = 100
+	// benchNamespace holds the leases and service accounts of the
+	// benchmarks.
+	benchNamespace = "qp-perf"
+)
+
+var routeGVR = schema.GroupVersionResource{Group: gatewayv1.GroupName, Version: "v1", Resource: "httproutes"}
+
+// patchFilter selects, in apiserver_request_total, the status patches of
+// HTTPRoutes.
+var patchFilter = cluster.RequestFilter{Verb: "PATCH", Resource: "httproutes", Subresource: "status"}
+
+// world is what every benchmark of the package shares: a control plane with
+// cfg.Routes HTTPRoutes (and what they refer to) from fixtures, informers
+// over them, and the admin clients (no client-side rate limit).
+type world struct {
+	cfg      config
+	cp       *cluster.ControlPlane
+	set      *fixtures.Set
+	keys     []types.NamespacedName // the routes, in fixtures order
+	computer *routestatus.Computer
+	lookup   routestatus.Listers
+	routes   gatewayv1listers.HTTPRouteLister
+	dyn      dynamic.Interface
+	gw       gatewayclient.Interface
+	kube     kubernetes.Interface
+
+	stopInformers func()
+
+	mu      sync.Mutex
+	next    int             // the next route pick returns
+	granted map[string]bool // service accounts given cluster-admin
+}
+
+type sharedWorld struct {
+	once sync.Once
+	w    *world
+	err  error
+}
+
+var shared sharedWorld
+
+// get returns the shared world, setting it up on first use: starting the
+// control plane, creating the objects and syncing the informers takes about
+// a minute for 10,000 routes on two busy cores.
+func (s *sharedWorld) get(b *testing.B) *world {
+	b.Helper()
+	s.once.Do(func() {
+		begin := time.Now()
+		s.w, s.err = newWorld(context.Background(), b)
+		if s.err == nil {
+			b.Logf("shared world ready in %v: %d routes in %d namespaces, control plane %+v",
+				time.Since(begin).Round(time.Millisecond), len(s.w.keys), s.w.set.Config.Namespaces, s.w.cp.Timings())
+		}
+	})
+	if s.err != nil {
+		b.Fatalf("shared world: %v", s.err)
+	}
+	return s.w
+}
+
+func (s *sharedWorld) close() error {
+	if s.w == nil {
+		return nil
+	}
+	s.w.stopInformers()
+	return s.w.cp.Stop()
+}
+
+func newWorld(ctx context.Context, b *testing.B) (*world, error) {
+	cfg, err := loadConfig()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	cp, err := cluster.Start(ctx, cluster.Options{})
+	if err != nil {
+		return nil, err
+	}
+	w := &world{cfg: cfg, cp: cp, stopInformers: func() {}}
+	if err := w.setup(ctx, b); err != nil {
+		w.stopInformers()
+		return nil, errors.Join(err, cp.Stop())
+	}
+	return w, nil
+}
+
+func (w *world) setup(ctx context.Context, b *testing.B) error {
+	ns := min(maxNamespaces, max(1, w.cfg.Routes/routesPerNamespace))
+	set, err := fixtures.Generate(fixtures.Config{Routes: w.cfg.Routes, Namespaces: ns, Prefix: "perf", ControllerName: controllerName})
+	if err != nil {
+		return err
+	}
+	w.set = set
+	for _, r := range set.Routes {
+		w.keys = append(w.keys, types.NamespacedName{Namespace: r.Namespace, Name: r.Name})
+	}
+	if w.computer, err = routestatus.NewComputer(set.Options()); err != nil {
+		return err
+	}
+	if w.dyn, err = dynamic.NewForConfig(w.cp.AdminConfig()); err != nil {
+		return err
+	}
+	w.gw, w.kube = w.cp.AdminGatewayClient(), w.cp.AdminClient()
+	if err := w.cp.EnsureNamespace(ctx, benchNamespace); err != nil {
+		return err
+	}
+	begin := time.Now()
+	if err := install(ctx, w.cp, set.Objects(), 32); err != nil {
+		return err
+	}
+	b.Logf("created %d objects in %v", len(set.Objects()), time.Since(begin).Round(time.Millisecond))
+
+	// Informers: what a controller would run, shared by every benchmark.
+	ictx, icancel := context.WithCancel(context.Background())
+	gwf := gatewayinformers.NewSharedInformerFactory(w.gw, 0)
+	kf := kubeinformers.NewSharedInformerFactory(w.kube, 0)
+	w.routes = gwf.Gateway().V1().HTTPRoutes().Lister()
+	w.lookup = routestatus.Listers{
+		Services:          kf.Core().V1().Services().Lister(),
+		Namespaces:        kf.Core().V1().Namespaces().Lister(),
+		Gateways:          gwf.Gateway().V1().Gateways().Lister(),
+		GatewayClasses:    gwf.Gateway().V1().GatewayClasses().Lister(),
+		ReferenceGrantsV1: gwf.Gateway().V1().ReferenceGrants().Lister(),
+	}
+	gwf.Start(ictx.Done())
+	kf.Start(ictx.Done())
+	w.stopInformers = func() {
+		icancel()
+		gwf.Shutdown()
+		kf.Shutdown()
+	}
+	for typ, ok := range gwf.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("informer for %v did not sync", typ)
+		}
+	}
+	for typ, ok := range kf.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("informer for %v did not sync", typ)
+		}
+	}
+	return poll(ctx, 100*time.Millisecond, "all routes in the informer cache", func() error {
+		if n := len(w.list(nil)); n != len(w.keys) {
+			return fmt.Errorf("%d of %d routes", n, len(w.keys))
+		}
+		return nil
+	})
+}
+
+// install creates objs as the admin, in order; consecutive objects of one
+// type are created concurrently, up to workers at a time. Objects that exist
+// are left alone.
+func install(ctx context.Context, cp *cluster.ControlPlane, objs []runtime.Object, workers int) error {
+	for start := 0; start < len(objs); {
+		end := start + 1
+		for end < len(objs) && reflect.TypeOf(objs[end]) == reflect.TypeOf(objs[start]) {
+			end++
+		}
+		batch := objs[start:end]
+		start = end
+		if err := parallel(ctx, len(batch), workers, func(ctx context.Context, i int) error {
+			return create(ctx, cp, batch[i])
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func create(ctx context.Context, cp *cluster.ControlPlane, obj runtime.Object) error {
+	kube, gw := cp.AdminClient(), cp.AdminGatewayClient()
+	opts := metav1.CreateOptions{}
+	var err error
+	switch o := obj.(type) {
+	case *corev1.Namespace:
+		_, err = kube.CoreV1().Namespaces().Create(ctx, o, opts)
+	case *corev1.Service:
+		_, err = kube.CoreV1().Services(o.Namespace).Create(ctx, o, opts)
+	case *gatewayv1.GatewayClass:
+		_, err = gw.GatewayV1().GatewayClasses().Create(ctx, o, opts)
+	case *gatewayv1.Gateway:
+		_, err = gw.GatewayV1().Gateways(o.Namespace).Create(ctx, o, opts)
+	case *gatewayv1.ReferenceGrant:
+		_, err = gw.GatewayV1().ReferenceGrants(o.Namespace).Create(ctx, o, opts)
+	case *gatewayv1.HTTPRoute:
+		_, err = gw.GatewayV1().HTTPRoutes(o.Namespace).Create(ctx, o, opts)
+	default:
+		return fmt.Errorf("install: unsupported object type %T", obj)
+	}
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating %T: %w", obj, err)
+	}
+	return nil
+}
+
+// parallel calls fn(ctx, i) for i in [0, n) from at most workers goroutines
+// and returns the first error; after an error no new call starts.
+func parallel(ctx context.Context, n, workers int, fn func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(max(workers, 1), n) {
+		wg.Go(func() {
+			for i := range next {
+				if err := fn(ctx, i); err != nil {
+					cancel(err)
+				}
+			}
+		})
+	}
+feed:
+	for i := range n {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return ctx.Err()
+}
+
+// poll calls cond every interval until it returns nil, and fails with its
+// last error, naming what, when ctx ends first.
+func poll(ctx context.Context, interval time.Duration, what string, cond func() error) error {
+	for {
+		err := cond()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w (last: %v)", what, ctx.Err(), err)
+		case <-time.After(interval):
+		}
+	}
+}
+
+// benchContext is a context bounded by d and by the benchmark's end.
+func benchContext(b *testing.B, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(b.Context(), d)
+	b.Cleanup(cancel)
+	return ctx
+}
+
+// ---- routes: listing, computing, changing ----
+
+// keySet returns the first n route keys as a set.
+func (w *world) keySet(n int) map[types.NamespacedName]bool {
+	set := make(map[types.NamespacedName]bool, n)
+	for _, k := range w.keys[:n] {
+		set[k] = true
+	}
+	return set
+}
+
+// keysOf returns keys as a set.
+func keysOf(keys []types.NamespacedName) map[types.NamespacedName]bool {
+	set := make(map[types.NamespacedName]bool, len(keys))
+	for _, k := range keys {
+		set[k] = true
+	}
+	return set
+}
+
+// list returns the cached routes whose keys are in keys, or all when keys
+// is nil.
+func (w *world) list(keys map[types.NamespacedName]bool) []*gatewayv1.HTTPRoute {
+	all, _ := w.routes.List(labels.Everything()) // a lister never fails
+	if keys == nil {
+		return all
+	}
+	out := all[:0]
+	for _, r := range all {
+		if keys[types.NamespacedName{Namespace: r.Namespace, Name: r.Name}] {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// desired computes the status route should have.
+func (w *world) desired(r *gatewayv1.HTTPRoute) gatewayv1.HTTPRouteStatus {
+	return w.computer.Compute(r, w.lookup, time.Now())
+}
+
+// changed returns the cached routes among keys (all when nil) whose status
+// is not the desired one.
+func (w *world) changed(keys map[types.NamespacedName]bool) []*gatewayv1.HTTPRoute {
+	var out []*gatewayv1.HTTPRoute
+	for _, r := range w.list(keys) {
+		if !routestatus.Equal(r.Status, w.desired(r)) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// waitConverged waits until the informer shows every route among keys (all
+// when nil) with its desired status.
+func (w *world) waitConverged(ctx context.Context, keys map[types.NamespacedName]bool) error {
+	return poll(ctx, 200*time.Millisecond, "routes converged", func() error {
+		if c := w.changed(keys); len(c) > 0 {
+			return fmt.Errorf("%d routes not converged, e.g. %s/%s", len(c), c[0].Namespace, c[0].Name)
+		}
+		return nil
+	})
+}
+
+// converge brings every route among keys (all when nil) to its desired
+// status with plain patches, workers at a time, and waits until the
+// informer shows it: the starting point of the benchmarks that need a
+// converged cluster. It does nothing when the routes are converged.
+func (w *world) converge(ctx context.Context, keys map[types.NamespacedName]bool) error {
+	for range 3 {
+		todo := w.changed(keys)
+		if len(todo) == 0 {
+			return nil
+		}
+		var rec recorder
+		_ = w.floor(ctx, todo, w.cfg.Workers, &rec)
+		if err := w.waitConverged(ctx, keys); err == nil {
+			return nil
+		} else if ctx.Err() != nil {
+			return err
+		}
+	}
+	return w.waitConverged(ctx, keys)
+}
+
+// reset empties status.parents of every route among keys and waits until
+// the informer shows it: the starting point of a convergence.
+func (w *world) reset(ctx context.Context, keys map[types.NamespacedName]bool) error {
+	var todo []*gatewayv1.HTTPRoute
+	for _, r := range w.list(keys) {
+		if len(r.Status.Parents) > 0 {
+			todo = append(todo, r)
+		}
+	}
+	body := []byte(`{"status":{"parents":[]}}`)
+	err := parallel(ctx, len(todo), 2*w.cfg.Workers, func(ctx context.Context, i int) error {
+		_, err := w.dyn.Resource(routeGVR).Namespace(todo[i].Namespace).Patch(ctx, todo[i].Name, types.MergePatchType, body,
+			metav1.PatchOptions{FieldManager: fieldManager + "-reset"}, "status")
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("resetting statuses: %w", err)
+	}
+	return poll(ctx, 100*time.Millisecond, "statuses reset", func() error {
+		for _, r := range w.list(keys) {
+			if len(r.Status.Parents) > 0 {
+				return fmt.Errorf("%s/%s still has a status", r.Namespace, r.Name)
+			}
+		}
+		return nil
+	})
+}
+
+// changeSpecs changes the spec of the routes with keys (the weight of their
+// first backend flips between 1 and 2), which bumps their generation and so
+// their desired status (observedGeneration), and waits until the informer
+// shows every change.
+func (w *world) changeSpecs(ctx context.Context, keys []types.NamespacedName) error {
+	gens := make([]int64, len(keys))
+	err := parallel(ctx, len(keys), w.cfg.Workers, func(ctx context.Context, i int) error {
+		client := w.gw.GatewayV1().HTTPRoutes(keys[i].Namespace)
+		for attempt := 0; ; attempt++ {
+			r, err := client.Get(ctx, keys[i].Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			r = r.DeepCopy()
+			weight := r.Spec.Rules[0].BackendRefs[0].Weight
+			next := int32(2)
+			if weight != nil && *weight == 2 {
+				next = 1
+			}
+			r.Spec.Rules[0].BackendRefs[0].Weight = &next
+			r, err = client.Update(ctx, r, metav1.UpdateOptions{})
+			if apierrors.IsConflict(err) && attempt < 5 {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			gens[i] = r.Generation
+			return nil
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("changing route specs: %w", err)
+	}
+	return poll(ctx, 50*time.Millisecond, "spec changes in the informer cache", func() error {
+		for i, k := range keys {
+			r, err := w.routes.HTTPRoutes(k.Namespace).Get(k.Name)
+			if err != nil {
+				return err
+			}
+			if r.Generation < gens[i] {
+				return fmt.Errorf("%s at generation %d, want %d", k, r.Generation, gens[i])
+			}
+		}
+		return nil
+	})
+}
+
+// pick returns k route keys to change: successive calls take distinct
+// routes (wrapping around), spread over the namespaces.
+func (w *world) pick(k int) []types.NamespacedName {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]types.NamespacedName, k)
+	for j := range out {
+		out[j] = w.keys[(w.next+j)%len(w.keys)]
+	}
+	w.next = (w.next + k) % len(w.keys)
+	return out
+}
+
+// patchCount reads the number of HTTPRoute status PATCH requests the API
+// server has completed.
+func (w *world) patchCount(ctx context.Context) (float64, error) {
+	return w.cp.RequestCount(ctx, patchFilter)
+}
+
+// patchesSince returns how many status PATCH requests completed since the
+// reading before, once at least want have been counted (the API server
+// counts a request just after answering it) and the count stayed put for
+// settle, or when 10 s have passed.
+func (w *world) patchesSince(ctx context.Context, before float64, want int, settle time.Duration) (int, error) {
+	deadline := time.Now().Add(10 * time.Second)
+	last, stableSince := -1.0, time.Now()
+	for {
+		n, err := w.patchCount(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if n != last {
+			last, stableSince = n, time.Now()
+		}
+		got := int(n - before)
+		if (got >= want && time.Since(stableSince) >= settle) || time.Now().After(deadline) {
+			return got, nil
+		}
+		select {
+		case <-ctx.Done():
+			return got, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// ---- patches ----
+
+// statusBody is what a patch merges into .status: the whole
+// (listType=atomic) parents list, never null.
+type statusBody struct {
+	Parents []gatewayv1.RouteParentStatus `json:"parents"`
+}
+
+// buildPatch builds the merge patch (with a resourceVersion precondition)
+// that sets route's status to desired, as the example controller does.
+func buildPatch(r *gatewayv1.HTTPRoute, desired gatewayv1.HTTPRouteStatus) (statuspatch.MergePatch, error) {
+	if err := routestatus.Validate(desired); err != nil {
+		return statuspatch.MergePatch{}, err
+	}
+	parents := desired.Parents
+	if parents == nil {
+		parents = []gatewayv1.RouteParentStatus{}
+	}
+	return statuspatch.NewMergePatch(r, statusBody{Parents: parents})
+}
+
+// send applies p with client exactly as statuspatch.DynamicStatusPatcher
+// does: one PATCH of the status subresource, merge-patch content type, the
+// same field manager.
+func send(ctx context.Context, client dynamic.Interface, p statuspatch.MergePatch) error {
+	body, err := p.Body()
+	if err != nil {
+		return err
+	}
+	_, err = client.Resource(routeGVR).Namespace(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, body,
+		metav1.PatchOptions{FieldManager: fieldManager}, "status")
+	return err
+}
+
+// floor is the baseline of the convergence benchmark: a plain client-go
+// loop, workers goroutines computing and sending one patch per route, with
+// no queue, no reconciler and no dispatcher. It returns once every patch was
+// answered, and the error of the first that failed.
+func (w *world) floor(ctx context.Context, routes []*gatewayv1.HTTPRoute, workers int, rec *recorder) error {
+	var firstErr error
+	var once sync.Once
+	_ = parallel(ctx, len(routes), workers, func(ctx context.Context, i int) error {
+		p, err := buildPatch(routes[i], w.desired(routes[i]))
+		if err == nil {
+			err = send(ctx, w.dyn, p)
+		}
+		rec.record(err)
+		if err != nil {
+			once.Do(func() { firstErr = err })
+		}
+		return nil
+	})
+	return firstErr
+}
+
+// recorder counts patch outcomes and remembers when the first and the last
+// successful patch returned.
+type recorder struct {
+	ok, failed      atomic.Int64
+	firstOK, lastOK atomic.Int64 // UnixNano; 0: none yet
+	mu              sync.Mutex
+	firstErr        error
+}
+
+func (r *recorder) record(err error) {
+	if err != nil {
+		r.failed.Add(1)
+		r.mu.Lock()
+		if r.firstErr == nil {
+			r.firstErr = err
+		}
+		r.mu.Unlock()
+		return
+	}
+	now := time.Now().UnixNano()
+	r.ok.Add(1)
+	r.firstOK.CompareAndSwap(0, now)
+	for {
+		last := r.lastOK.Load()
+		if now <= last || r.lastOK.CompareAndSwap(last, now) {
+			return
+		}
+	}
+}
+
+// done is the number of patches answered, successfully or not.
+func (r *recorder) done() int64 { return r.ok.Load() + r.failed.Load() }
+
+func (r *recorder) err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.firstErr
+}
+
+func unixTime(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
+}
+
+// wrap returns a Patcher that applies p and records the outcome.
+func (r *recorder) wrap(p statuspatch.Patcher[statuspatch.MergePatch]) statuspatch.Patcher[statuspatch.MergePatch] {
+	return statuspatch.PatcherFunc[statuspatch.MergePatch](func(ctx context.Context, mp statuspatch.MergePatch) error {
+		err := p.Patch(ctx, mp)
+		r.record(err)
+		return err
+	})
+}
+
+// waitDone waits until rec has seen n answers.
+func waitDone(ctx context.Context, rec *recorder, n int64) error {
+	return poll(ctx, 10*time.Millisecond, fmt.Sprintf("%d patches answered", n), func() error {
+		if d := rec.done(); d < n {
+			return fmt.Errorf("%d answered", d)
+		}
+		return nil
+	})
+}
+
+// ---- quietpatch in process ----
+
+// staticLeader is a leader.Observer holding a claim for an hour, epoch 1:
+// the benchmarks that are not about failover need no Lease.
+type staticLeader struct{ claim leader.Claim }
+
+func newStaticLeader(id string) staticLeader {
+	return staticLeader{claim: leader.Claim{Holder: id, Expiry: time.Now().Add(time.Hour), Epoch: 1}}
+}
+
+func (l staticLeader) Identity() string      { return l.claim.Holder }
+func (l staticLeader) Current() leader.Claim { return l.claim }
+func (l staticLeader) Subscribe() (<-chan leader.Claim, func()) {
+	ch := make(chan leader.Claim, 1)
+	ch <- l.claim
+	return ch, func() {}
+}
+
+// routeSource is the reconciler's statuspatch.Source over the informer
+// cache, limited to keys (all routes when nil).
+type routeSource struct {
+	w    *world
+	keys map[types.NamespacedName]bool
+}
+
+func (s routeSource) List() ([]*gatewayv1.HTTPRoute, error) { return s.w.list(s.keys), nil }
+
+func (s routeSource) Get(key types.NamespacedName) (*gatewayv1.HTTPRoute, bool, error) {
+	if s.keys != nil && !s.keys[key] {
+		return nil, false, nil
+	}
+	r, err := s.w.routes.HTTPRoutes(key.Namespace).Get(key.Name)
+	if apierrors.IsNotFound(err) {
+		return nil, false, nil
+	}
+	return r, err == nil, err
+}
+
+type (
+	routeReconciler = statuspatch.Reconciler[*gatewayv1.HTTPRoute, gatewayv1.HTTPRouteStatus, statuspatch.MergePatch]
+	routeQueue      = statuspatch.PatchQueue[statuspatch.Patch[statuspatch.MergePatch]]
+)
+
+// stackConfig says how to build a quietpatch stack (queue, reconciler,
+// dispatcher) over the shared world.
+type stackConfig struct {
+	Name     string
+	Capacity int
+	Workers  int
+	Leader   leader.Observer
+	Keys     map[types.NamespacedName]bool // nil: all routes
+	// Current, when set, replaces reading the route's status: the stalled
+	// memory benchmark makes every route look changed with it.
+	Current  func(*gatewayv1.HTTPRoute) gatewayv1.HTTPRouteStatus
+	Client   dynamic.Interface // default the admin client
+	Interval time.Duration     // default 10 s
+	Queue    statuspatch.QueueConfig[statuspatch.Patch[statuspatch.MergePatch]]
+}
+
+// stack is quietpatch running in process: a PatchQueue, a Reconciler over
+// the informer cache with the example's computer, and a Dispatcher applying
+// patches with a DynamicStatusPatcher whose outcomes rec counts.
+type stack struct {
+	queue      *routeQueue
+	reconciler *routeReconciler
+	dispatcher *statuspatch.Dispatcher[statuspatch.MergePatch]
+	rec        recorder
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	errs   chan error
+}
+
+func (w *world) newStack(cfg stackConfig) (*stack, error) {
+	qc := cfg.Queue
+	qc.Capacity, qc.Key, qc.Name = cfg.Capacity, statuspatch.PatchKey[statuspatch.MergePatch], cfg.Name
+	q, err := statuspatch.NewPatchQueue(qc)
+	if err != nil {
+		return nil, err
+	}
+	current := cfg.Current
+	if current == nil {
+		current = func(r *gatewayv1.HTTPRoute) gatewayv1.HTTPRouteStatus { return r.Status }
+	}
+	rc, err := statuspatch.NewReconciler(statuspatch.ReconcilerConfig[*gatewayv1.HTTPRoute, gatewayv1.HTTPRouteStatus, statuspatch.MergePatch]{
+		Source: routeSource{w: w, keys: cfg.Keys},
+		Computer: statuspatch.ComputerFuncs[*gatewayv1.HTTPRoute, gatewayv1.HTTPRouteStatus, statuspatch.MergePatch]{
+			KeyFunc: func(r *gatewayv1.HTTPRoute) types.NamespacedName {
+				return types.NamespacedName{Namespace: r.Namespace, Name: r.Name}
+			},
+			CurrentFunc: current,
+			DesiredFunc: func(r *gatewayv1.HTTPRoute) (gatewayv1.HTTPRouteStatus, error) { return w.desired(r), nil },
+			EqualFunc:   routestatus.Equal,
+			PatchFunc:   buildPatch,
+		},
+		Queue:    q,
+		Leader:   cfg.Leader,
+		Interval: cfg.Interval,
+		Name:     cfg.Name,
+	})
+	if err != nil {
+		q.Close()
+		return nil, err
+	}
+	client := cfg.Client
+	if client == nil {
+		client = w.dyn
+	}
+	patcher, err := statuspatch.NewDynamicStatusPatcher(client, routeGVR, fieldManager)
+	if err != nil {
+		q.Close()
+		return nil, err
+	}
+	s := &stack{queue: q, reconciler: rc, errs: make(chan error, 2)}
+	s.dispatcher, err = statuspatch.NewDispatcher(statuspatch.DispatcherConfig[statuspatch.MergePatch]{
+		Queue: q, Patcher: s.rec.wrap(patcher), Leader: cfg.Leader, Workers: cfg.Workers, Name: cfg.Name,
+	})
+	if err != nil {
+		q.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// start runs the dispatcher, and the reconciler's own loop when
+// runReconciler is set (otherwise the benchmark drives passes with
+// ReconcileAll).
+func (s *stack) start(runReconciler bool) {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	s.wg.Go(func() { s.errs <- s.dispatcher.Run(ctx) })
+	if runReconciler {
+		s.wg.Go(func() { s.errs <- s.reconciler.Run(ctx) })
+	}
+}
+
+// stop stops what start started and closes the queue.
+func (s *stack) stop() error {
+	if s.cancel != nil {
+		s.cancel()
+	}
+	s.wg.Wait()
+	s.queue.Close()
+	close(s.errs)
+	var errs []error
+	for err := range s.errs {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// ---- the seed's unbounded queue ----
+
+// unbounded is the queue of the seed controller: a slice that grows without
+// limit, drained by dispatcher goroutines.
+type unbounded[T any] struct {
+	mu     sync.Mutex
+	items  []T
+	notify chan struct{}
+}
+
+func newUnbounded[T any]() *unbounded[T] { return &unbounded[T]{notify: make(chan struct{}, 1)} }
+
+func (q *unbounded[T]) push(v T) {
+	q.mu.Lock()
+	q.items = append(q.items, v)
+	q.mu.Unlock()
+	q.signal()
+}
+
+func (q *unbounded[T]) signal() {
+	select {
+	case q.notify <- struct{}{}:
+	default:
+	}
+}
+
+// pop waits for an item until ctx ends.
+func (q *unbounded[T]) pop(ctx context.Context) (T, bool) {
+	for {
+		q.mu.Lock()
+		if len(q.items) > 0 {
+			v := q.items[0]
+			var zero T
+			q.items[0] = zero
+			q.items = q.items[1:]
+			more := len(q.items) > 0
+			q.mu.Unlock()
+			if more {
+				q.signal() // wake another consumer
+			}
+			return v, true
+		}
+		q.mu.Unlock()
+		select {
+		case <-q.notify:
+		case <-ctx.Done():
+			var zero T
+			return zero, false
+		}
+	}
+}
+
+func (q *unbounded[T]) len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.items)
+}
+
+// drain runs workers goroutines that pop patches and send them with client,
+// without a deadline (as the seed did), recording outcomes, until ctx ends.
+// The returned function waits for them.
+func (q *unbounded[T]) drain(ctx context.Context, workers int, apply func(context.Context, T) error, rec *recorder) (wait func()) {
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				v, ok := q.pop(ctx)
+				if !ok {
+					return
+				}
+				err := apply(ctx, v)
+				if ctx.Err() != nil {
+					return
+				}
+				rec.record(err)
+			}
+		})
+	}
+	return wg.Wait
+}
+
+// identity returns a config for the ServiceAccount benchNamespace/name
+// (a bearer token, so it also works through a FaultProxy), with the rights of
+// cluster-admin and no client-side rate limit. Unlike the admin, whose
+// requests are exempt from the API server's priority and fairness, a
+// ServiceAccount is subject to it, as a controller is.
+func (w *world) identity(ctx context.Context, name string) (*rest.Config, error) {
+	cfg, err := w.cp.ConfigFor(ctx, benchNamespace, name)
+	if err != nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.granted[name] {
+		if err := w.cp.GrantClusterRole(ctx, benchNamespace, name, "cluster-admin"); err != nil {
+			return nil, err
+		}
+		if w.granted == nil {
+			w.granted = map[string]bool{}
+		}
+		w.granted[name] = true
+	}
+	cfg.QPS = -1
+	return cfg, nil
+}
