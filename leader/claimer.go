@@ -189,7 +189,8 @@ func (c *Claimer) Relinquish(ctx context.Context, backoff time.Duration) error {
 // occurs, and returns why it stopped: context.Cause(ctx) (ctx.Err() unless
 // the context was cancelled with a cause) after a cancellation, or an
 // error that retrying cannot fix — the API server refused our credentials or
-// permissions (Unauthorized, Forbidden), rejected the request as invalid, or
+// permissions (Unauthorized, Forbidden) for a full LeaseDuration, rejected
+// the request as invalid, or
 // the Lease is missing while Config.RequireExisting is set ([ErrLeaseNotFound]).
 // Transient errors (timeouts, 5xx, 429 Too Many Requests, conflicts) are
 // retried every RetryPeriod and never end Run; while they outlast our claim
@@ -262,6 +263,8 @@ type loop struct {
 	retryAt      time.Time // after a transient failure, no request before this
 	conflicts    int       // consecutive conflicts
 	failing      bool      // the last request failed (for logging edges)
+	deniedRead   time.Time // first of the current run of refused reads (zero: none)
+	deniedWrite  time.Time // first of the current run of refused writes (zero: none)
 	watchSeq     uint64    // last watch event handled
 	lastHolder   string    // holder last logged
 }
@@ -327,7 +330,7 @@ func (l *loop) step(ctx context.Context) (time.Time, error) {
 
 		if l.stale || (l.lease == nil && !l.absent) {
 			if err := l.get(ctx); err != nil {
-				if fatal(err) {
+				if l.permanent(err, &l.deniedRead) {
 					return time.Time{}, err
 				}
 				l.transientFailure(err)
@@ -429,10 +432,12 @@ func (l *loop) get(ctx context.Context) error {
 	switch {
 	case err == nil:
 		l.succeeded(now)
+		l.deniedRead = time.Time{}
 		l.observe(lease, now)
 		return nil
 	case apierrors.IsNotFound(err):
 		l.succeeded(now)
+		l.deniedRead = time.Time{}
 		l.stale = false
 		l.lease = nil
 		l.absent = true
@@ -532,6 +537,7 @@ func (l *loop) renew(ctx context.Context) error {
 		return err
 	}
 	l.succeeded(c.clk.Now())
+	l.deniedWrite = time.Time{}
 	l.expiry = now.Add(c.cfg.LeaseDuration)
 	l.observe(res, c.clk.Now()) // publishes the extended claim
 	return nil
@@ -542,6 +548,7 @@ func (l *loop) acquired(res *coordv1.Lease, sent time.Time, epoch int64) {
 	c := l.c
 	now := c.clk.Now()
 	l.succeeded(now)
+	l.deniedWrite = time.Time{}
 	l.held = true
 	l.epoch = epoch
 	l.expiry = sent.Add(c.cfg.LeaseDuration)
@@ -567,7 +574,7 @@ func (l *loop) stopHolding(now time.Time, reason string) {
 // error if it is permanent.
 func (l *loop) writeFailed(err error) error {
 	switch {
-	case fatal(err):
+	case l.permanent(err, &l.deniedWrite):
 		return err
 	case apierrors.IsConflict(err), apierrors.IsAlreadyExists(err), apierrors.IsNotFound(err):
 		// Somebody else changed the Lease: re-read it, never overwrite.
@@ -591,6 +598,29 @@ func (l *loop) transientFailure(err error) {
 		l.failing = true
 		c.log.Debug("leader: lease requests failing, retrying every RetryPeriod", "err", err, "retryPeriod", c.cfg.RetryPeriod)
 	}
+}
+
+// permanent reports whether err ends Run. A request the server rejects as
+// invalid does at once. Forbidden and Unauthorized answers do once they have
+// lasted a full LeaseDuration with no success of the same kind (read, or
+// write) in between: a kube-apiserver that has just restarted refuses
+// requests until its authorization caches have synced, and that must not
+// stop a healthy replica, while a real permission gap still ends Run within
+// one lease duration, during which this replica cannot hold the lease
+// anyway. since is the first refusal of the current run (per kind).
+func (l *loop) permanent(err error, since *time.Time) bool {
+	if !fatal(err) {
+		return false
+	}
+	switch classify(err) {
+	case resultForbidden, resultUnauthorized:
+		now := l.c.clk.Now()
+		if since.IsZero() {
+			*since = now
+		}
+		return now.Sub(*since) >= l.c.cfg.LeaseDuration
+	}
+	return true
 }
 
 func (l *loop) succeeded(now time.Time) {

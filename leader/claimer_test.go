@@ -539,6 +539,19 @@ func TestPermanentErrorsEndRun(t *testing.T) {
 					h.clk.SetTime(at(5 * time.Second)) // renewal time
 				}
 			}
+			if apierrors.IsForbidden(tc.err) || apierrors.IsUnauthorized(tc.err) {
+				// Refusals may be an API server whose authorizer has
+				// not synced yet: Run goes on for a LeaseDuration of
+				// refusals, then gives up.
+				h.settle()
+				first := h.clk.Now()
+				for !a.stopped() && h.clk.Now().Sub(first) < cfg.LeaseDuration+2*cfg.RetryPeriod {
+					h.step(cfg.RetryPeriod)
+				}
+				if d := h.clk.Now().Sub(first); d < cfg.LeaseDuration-cfg.RetryPeriod {
+					t.Errorf("Run ended after %s of refusals, want about LeaseDuration %s", d, cfg.LeaseDuration)
+				}
+			}
 			err := a.wait()
 			if !tc.wantIs(err) {
 				t.Fatalf("Run = %v, want a matching error", err)
@@ -914,5 +927,38 @@ func TestLogsOnlyLeadershipChanges(t *testing.T) {
 	}
 	if n := len(h.logs.all()); n != 3 {
 		t.Errorf("%d records, want 3:\n%s", n, strings.Join(h.logs.all(), "\n"))
+	}
+}
+
+// An API server that has just restarted refuses requests until its
+// authorizer has synced: a short run of refusals must not end Run.
+func TestRefusalsThatPassDoNotEndRun(t *testing.T) {
+	for _, verb := range []string{"get", "create"} {
+		t.Run(verb, func(t *testing.T) {
+			h := newHarness(t)
+			var refusals atomic.Int32
+			refusals.Store(2)
+			h.api.prepend(verb, func(k8stesting.Action) (bool, runtime.Object, error) {
+				if refusals.Add(-1) >= 0 {
+					return true, nil, apierrors.NewForbidden(leaseGVR.GroupResource(), testName, errors.New("authorizer not synced"))
+				}
+				return false, nil, nil
+			})
+			cfg := h.config("a")
+			a := h.start(cfg)
+			h.settle()
+			for i := 0; i < 4 && !a.c.Current().IsCurrentFor("a", h.clk.Now()); i++ {
+				h.step(cfg.RetryPeriod)
+			}
+			if a.stopped() {
+				t.Fatalf("Run ended: %v", a.wait())
+			}
+			if !a.c.Current().IsCurrentFor("a", h.clk.Now()) {
+				t.Fatalf("a did not acquire after the refusals passed: %+v", a.c.Current())
+			}
+			if err := a.c.Ready(); err != nil {
+				t.Errorf("Ready = %v, want nil", err)
+			}
+		})
 	}
 }

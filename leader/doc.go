@@ -102,9 +102,11 @@
 //
 // Transient failures (timeouts, 5xx, 429, conflicts, connection errors) are
 // retried every RetryPeriod and never end Run: while they outlast our claim,
-// we are simply not the holder. Failures retrying cannot fix — Unauthorized,
-// Forbidden, an invalid request, the Lease missing with RequireExisting —
-// end Run with that error, and [Claimer.Ready] reports not ready from then
+// we are simply not the holder. Failures retrying cannot fix — an invalid
+// request, the Lease missing with RequireExisting, and Unauthorized or
+// Forbidden once they have lasted a full LeaseDuration (a kube-apiserver that
+// has just restarted refuses requests until its authorizer has synced, and
+// that must not stop a healthy replica) — end Run with that error, and [Claimer.Ready] reports not ready from then
 // on (it also does before Run starts), so a readiness probe turns a dead
 // lease loop into a visible, restartable failure:
 //
