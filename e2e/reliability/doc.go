@@ -35,11 +35,11 @@
 //     convergence + 16 MiB, patch calls end at their deadline, the changed
 //     routes converge within 2 intervals (+3 s slack) after each fault
 //     clears, and its goroutine count returns to its level before the faults.
-//   - TestRecoversFromEtcdRestart: etcd is restarted under a running
-//     controller; routes changed after the restart converge without
-//     restarting the controller. (A kube-apiserver restart is not covered:
-//     the controller exits when the restarted server answers its Lease
-//     requests with 403 before its RBAC authorizer has synced.)
+//   - TestRecoversFromRestarts: etcd, then kube-apiserver, is restarted
+//     under a running controller; routes changed after each restart
+//     converge without restarting the controller (a restarted API server
+//     may answer 403 until its RBAC authorizer has synced; the lease claimer
+//     rides that out for up to a LeaseDuration).
 //
 // The tests share one control plane and one build of the controller,
 // set up by the first test that needs them and torn down by TestMain, which
