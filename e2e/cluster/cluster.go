@@ -143,7 +143,7 @@ type ControlPlane struct {
 	tempDir bool // dir was created by Start
 	ports   Ports
 	pki     *pki
-	spawner *spawner
+	spawner *Spawner
 
 	admin      *rest.Config
 	adminKube  *kubernetes.Clientset
@@ -221,7 +221,7 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 		cp.cleanupDir()
 		return nil, err
 	}
-	cp.spawner = newSpawner()
+	cp.spawner = NewSpawner()
 	if err := cp.startAll(ctx); err != nil {
 		cp.killAll()
 		// Keep the logs of a failed start around; say where they are.
@@ -310,7 +310,7 @@ func (cp *ControlPlane) startAll(ctx context.Context) error {
 		}
 		cp.log.Warn("port taken meanwhile; retrying with new ports", "attempt", attempt, "err", err)
 		cp.killAll()
-		cp.spawner = newSpawner()
+		cp.spawner = NewSpawner()
 	}
 	if err != nil {
 		return err
@@ -774,7 +774,7 @@ func (cp *ControlPlane) killAll() {
 		etcd.stop(cp.opts.StopTimeout)
 	}
 	if cp.spawner != nil {
-		cp.spawner.close()
+		cp.spawner.Close()
 		cp.spawner = nil
 	}
 }

@@ -9,19 +9,23 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"sync"
 	"syscall"
 	"time"
 )
 
-// spawner starts child processes from one goroutine locked to its OS thread.
-// Linux delivers a child's parent-death signal when the *thread* that forked
-// it exits, not the process; Go may retire an ordinary thread at any time
-// (when a goroutine that locked it exits), so children are forked from a
-// thread that nothing else uses and that lives until every child is gone.
-type spawner struct {
+// Spawner starts child processes from one goroutine locked to its OS
+// thread. Children are started with a parent-death signal (SIGKILL, see
+// [SysProcAttr]), which Linux ties to the thread that forked them, not the
+// process: forking from a thread that nothing else uses, and that lives
+// until every child is gone, keeps children from being killed when a Go
+// runtime thread happens to exit. Use one Spawner per group of children and
+// Close it once they are all dead. Safe for concurrent use.
+type Spawner struct {
 	reqs chan spawnReq
 	quit chan struct{}
 	done chan struct{}
+	once sync.Once
 }
 
 type spawnReq struct {
@@ -29,15 +33,16 @@ type spawnReq struct {
 	res chan error
 }
 
-func newSpawner() *spawner {
-	s := &spawner{reqs: make(chan spawnReq), quit: make(chan struct{}), done: make(chan struct{})}
+// NewSpawner starts the spawning goroutine.
+func NewSpawner() *Spawner {
+	s := &Spawner{reqs: make(chan spawnReq), quit: make(chan struct{}), done: make(chan struct{})}
 	go s.loop()
 	return s
 }
 
-func (s *spawner) loop() {
+func (s *Spawner) loop() {
 	// Never unlocked: when the loop returns the thread exits with it, which
-	// is fine then because close is only called once all children are dead.
+	// is fine then because Close is only called once all children are dead.
 	runtime.LockOSThread()
 	defer close(s.done)
 	for {
@@ -50,7 +55,8 @@ func (s *spawner) loop() {
 	}
 }
 
-func (s *spawner) start(cmd *exec.Cmd) error {
+// Start starts cmd on the spawning thread; [ErrStopped] after Close.
+func (s *Spawner) Start(cmd *exec.Cmd) error {
 	res := make(chan error, 1)
 	select {
 	case s.reqs <- spawnReq{cmd: cmd, res: res}:
@@ -60,8 +66,10 @@ func (s *spawner) start(cmd *exec.Cmd) error {
 	}
 }
 
-func (s *spawner) close() {
-	close(s.quit)
+// Close ends the spawning thread; call it only once every child has
+// exited. It is idempotent.
+func (s *Spawner) Close() {
+	s.once.Do(func() { close(s.quit) })
 	<-s.done
 }
 
@@ -75,7 +83,7 @@ type process struct {
 }
 
 // startProcess runs bin with args, its output appended to logPath.
-func startProcess(sp *spawner, name, bin string, args []string, logPath string) (*process, error) {
+func startProcess(sp *Spawner, name, bin string, args []string, logPath string) (*process, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %s log: %w", name, err)
@@ -86,7 +94,7 @@ func startProcess(sp *spawner, name, bin string, args []string, logPath string) 
 	cmd.Stderr = logf
 	cmd.Stdin = nil
 	cmd.SysProcAttr = sysProcAttr()
-	if err := sp.start(cmd); err != nil {
+	if err := sp.Start(cmd); err != nil {
 		logf.Close()
 		return nil, fmt.Errorf("cluster: starting %s: %w", name, err)
 	}

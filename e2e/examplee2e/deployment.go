@@ -149,7 +149,7 @@ type Deployment struct {
 	cp         *cluster.ControlPlane
 	cfg        Config
 	kubeconfig string
-	spawner    *spawner
+	spawner    *cluster.Spawner
 
 	mu       sync.Mutex
 	replicas []*Replica
@@ -178,9 +178,9 @@ func Deploy(ctx context.Context, cp *cluster.ControlPlane, cfg Config) (*Deploym
 	if err := cfg.RBAC.Apply(ctx, cp.AdminClient(), cfg.Namespace, cfg.ServiceAccount); err != nil {
 		return nil, err
 	}
-	d := &Deployment{cp: cp, cfg: cfg, kubeconfig: filepath.Join(cfg.Dir, cfg.ServiceAccount+".kubeconfig"), spawner: newSpawner()}
+	d := &Deployment{cp: cp, cfg: cfg, kubeconfig: filepath.Join(cfg.Dir, cfg.ServiceAccount+".kubeconfig"), spawner: cluster.NewSpawner()}
 	if err := WriteKubeconfig(d.kubeconfig, rc); err != nil {
-		d.spawner.close()
+		d.spawner.Close()
 		return nil, err
 	}
 	for i := range cfg.Replicas {
@@ -341,7 +341,7 @@ func (d *Deployment) Stop() error {
 		wg.Go(func() { r.Stop(d.cfg.StopGrace) })
 	}
 	wg.Wait()
-	d.spawner.close()
+	d.spawner.Close()
 	return nil
 }
 

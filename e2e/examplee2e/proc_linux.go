@@ -9,7 +9,7 @@ const supported = true
 
 // sysProcAttr puts a replica in its own process group, so that Kill and Stop
 // reach everything it started, and has the kernel SIGKILL it when the thread
-// that forked it dies (see spawner).
+// that forked it dies (see cluster.Spawner).
 func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }

@@ -10,66 +10,13 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
+
+	"github.com/quietpatch/quietpatch/e2e/cluster"
 )
-
-// spawner forks child processes from one goroutine locked to its OS thread.
-// Linux delivers a child's parent-death signal when the *thread* that forked
-// it exits, not when the process does, and Go may retire an ordinary thread
-// at any time; so replicas are forked from a thread nothing else uses, which
-// lives until every replica of the Deployment has exited.
-type spawner struct {
-	reqs chan spawnReq
-	quit chan struct{}
-	done chan struct{}
-	once sync.Once
-}
-
-type spawnReq struct {
-	cmd *exec.Cmd
-	res chan error
-}
-
-func newSpawner() *spawner {
-	s := &spawner{reqs: make(chan spawnReq), quit: make(chan struct{}), done: make(chan struct{})}
-	go s.loop()
-	return s
-}
-
-func (s *spawner) loop() {
-	// Never unlocked: the thread exits with the loop, which is fine because
-	// close is only called once every child is gone.
-	runtime.LockOSThread()
-	defer close(s.done)
-	for {
-		select {
-		case r := <-s.reqs:
-			r.res <- r.cmd.Start()
-		case <-s.quit:
-			return
-		}
-	}
-}
-
-func (s *spawner) start(cmd *exec.Cmd) error {
-	res := make(chan error, 1)
-	select {
-	case s.reqs <- spawnReq{cmd: cmd, res: res}:
-		return <-res
-	case <-s.done:
-		return ErrStopped
-	}
-}
-
-func (s *spawner) close() {
-	s.once.Do(func() { close(s.quit) })
-	<-s.done
-}
 
 // Replica is one running controller process, started by a Deployment. Its
 // methods are safe for concurrent use.
@@ -94,7 +41,7 @@ type Replica struct {
 
 // startReplica forks bin with args (to which the metrics and health
 // addresses are appended) and its output appended to logPath.
-func startReplica(sp *spawner, identity, bin string, args []string, logPath string) (*Replica, error) {
+func startReplica(sp *cluster.Spawner, identity, bin string, args []string, logPath string) (*Replica, error) {
 	metricsPort, err := freePort()
 	if err != nil {
 		return nil, err
@@ -115,7 +62,7 @@ func startReplica(sp *spawner, identity, bin string, args []string, logPath stri
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr, cmd.Stdin = logf, logf, nil
 	cmd.SysProcAttr = sysProcAttr()
-	if err := sp.start(cmd); err != nil {
+	if err := sp.Start(cmd); err != nil {
 		logf.Close()
 		return nil, fmt.Errorf("examplee2e: starting replica %s: %w", identity, err)
 	}
