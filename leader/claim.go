@@ -1,6 +1,9 @@
 package leader
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Claim is one observation of who holds the lease and until when.
 //
@@ -68,4 +71,22 @@ type Observer interface {
 	// claimer: a subscriber that falls behind loses intermediate claims
 	// but always receives the latest one.
 	Subscribe() (changes <-chan Claim, cancel func())
+}
+
+// Writer is work that writes to the API server under this replica's claim —
+// a statuspatch Dispatcher applying status patches — and must have its writes
+// answered before the Lease is given up. See [Claimer.AddWriter].
+type Writer interface {
+	// Quiesce is called when this replica gives its claim of epoch up on
+	// purpose, while the claim is still reported as current. It must stop
+	// starting writes under epoch at once, let the writes in flight run
+	// until the API server answers them (they are not cancelled: a
+	// cancelled write may still be executed), wait for them until ctx
+	// ends at the latest (ctx ends when the claim runs out), and report
+	// whether every write it made under epoch ended with an answer from
+	// the API server that settles it (see package
+	// github.com/quietpatch/quietpatch/statuspatch/outcome, Answered:
+	// success or a 4xx refusal) — false if any ended without one (timeout,
+	// cancel, broken connection, 5xx) or is still in flight when ctx ends.
+	Quiesce(ctx context.Context, epoch int64) (answered bool)
 }

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
+
 	coordv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,7 +28,7 @@ import (
 // for concurrent use, from any goroutine, before, during and after Run.
 //
 // A Claimer implements [Observer]: [Claimer.Current] and [Claimer.Subscribe]
-// serve consumers such as a reconciler or dispatcher, [Claimer.Ready] serves a
+// serve consumers such as a reconciler or dispatcher, [Claimer.Healthy] serves a
 // readiness probe, and [Claimer.Relinquish] gives the lease up on purpose.
 type Claimer struct {
 	cfg    Config
@@ -44,7 +46,14 @@ type Claimer struct {
 	mu           sync.Mutex         // guards state and runErr
 	state        runState
 	runErr       error
+
+	writersMu sync.Mutex
+	writers   map[*writerEntry]struct{}
 }
+
+// writerEntry is one registration of AddWriter; a pointer so that the same
+// Writer may be registered twice and removed once.
+type writerEntry struct{ w Writer }
 
 type runState int
 
@@ -82,7 +91,7 @@ func NewClaimer(client coordinationv1client.LeasesGetter, cfg Config) (*Claimer,
 	if err != nil {
 		return nil, err
 	}
-	in, err := newInstruments(cfg.Meter, cfg.Namespace, cfg.Name)
+	in, err := newInstruments(cfg.Meter, cfg.Namespace, cfg.Name, cfg.Identity)
 	if err != nil {
 		return nil, fmt.Errorf("leader: creating instruments: %w", err)
 	}
@@ -125,15 +134,68 @@ func (c *Claimer) Current() Claim { return c.hub.current() }
 // not see every intermediate claim, but the last value it receives is always
 // the latest one. A held claim is re-published at every renewal (its Expiry
 // moves), and another holder's claim whenever the Lease changes. The
-// channel stays open after Run returns; use [Claimer.Ready] to learn that.
+// channel stays open after Run returns; use [Claimer.Healthy] to learn that.
 func (c *Claimer) Subscribe() (<-chan Claim, func()) { return c.hub.subscribe() }
 
-// Ready reports whether the claimer is working: nil while Run is running,
+// AddWriter registers w, and returns a function that removes it (calling it
+// again does nothing). Before this replica gives the lease up on purpose —
+// [Claimer.Relinquish], or Run's context cancelled — the claimer calls
+// w.Quiesce with the epoch of its claim, while it still reports the claim
+// as its own, and vacates the Lease only if every registered Writer reports
+// that each of its writes under that epoch got an answer from the API
+// server. Otherwise it leaves the Lease naming us and lets the claim run
+// out, so that a successor waits a full LeaseDuration: a write that ended
+// without an answer may still land, and must not land under the
+// successor's claim. A statuspatch Dispatcher registers itself.
+func (c *Claimer) AddWriter(w Writer) (remove func()) {
+	e := &writerEntry{w: w}
+	c.writersMu.Lock()
+	if c.writers == nil {
+		c.writers = make(map[*writerEntry]struct{})
+	}
+	c.writers[e] = struct{}{}
+	c.writersMu.Unlock()
+	return func() {
+		c.writersMu.Lock()
+		delete(c.writers, e)
+		c.writersMu.Unlock()
+	}
+}
+
+// quiesceWriters asks every registered Writer, concurrently, to stop
+// writing under epoch and wait for its writes in flight; it reports whether
+// all of them were answered.
+func (c *Claimer) quiesceWriters(ctx context.Context, epoch int64) bool {
+	c.writersMu.Lock()
+	ws := make([]Writer, 0, len(c.writers))
+	for e := range c.writers {
+		ws = append(ws, e.w)
+	}
+	c.writersMu.Unlock()
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		answered = true
+	)
+	for _, w := range ws {
+		wg.Go(func() {
+			if !w.Quiesce(ctx, epoch) {
+				mu.Lock()
+				answered = false
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return answered
+}
+
+// Healthy reports whether the claimer is working: nil while Run is running,
 // [ErrNotStarted] before, and an error wrapping [ErrStopped] and Run's
 // error after Run has returned. It suits a readiness or liveness probe: a
-// replica whose lease loop died must not look healthy. Being ready does not
-// mean holding the lease.
-func (c *Claimer) Ready() error {
+// replica whose lease loop died must not look healthy. Being healthy does
+// not mean holding the lease.
+func (c *Claimer) Healthy() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch c.state {
@@ -211,11 +273,11 @@ func (c *Claimer) Run(ctx context.Context) error {
 	c.state = running
 	c.mu.Unlock()
 
-	unregister, err := c.in.observeIsLeader(func() bool {
+	unregister, err := c.in.observe(func() bool {
 		return c.Current().IsCurrentFor(c.cfg.Identity, c.clk.Now())
-	})
+	}, func() int64 { return c.Current().Epoch })
 	if err != nil {
-		err = fmt.Errorf("leader: registering %s callback: %w", metricIsLeader, err)
+		err = fmt.Errorf("leader: registering the instruments' callback: %w", err)
 		c.log.Error("leader: claimer stopped", "err", err)
 		return c.finish(err)
 	}
@@ -390,6 +452,14 @@ func (l *loop) capByExpiry(t time.Time) time.Time {
 	return t
 }
 
+// ownClaimInLease reports whether the Lease as last known carries a claim
+// this process made: our identity with the epoch of our latest acquisition.
+// A Lease naming our identity with another epoch was written by an earlier
+// process that used the same identity.
+func (l *loop) ownClaimInLease() bool {
+	return l.epoch != 0 && l.lease != nil && holderOf(l.lease) == l.c.cfg.Identity && transitionsOf(l.lease) == l.epoch
+}
+
 // holdsLease reports whether we hold a claim and the Lease as last known
 // still carries it.
 func (l *loop) holdsLease() bool {
@@ -401,7 +471,10 @@ func (l *loop) holdsLease() bool {
 func (l *loop) mayAcquire(now time.Time) (time.Time, bool) {
 	cfg := &l.c.cfg
 	next := now.Add(cfg.RetryPeriod)
-	if h := holderOf(l.lease); h != "" && h != cfg.Identity {
+	if h := holderOf(l.lease); h != "" && (h != cfg.Identity || !l.ownClaimInLease()) {
+		// Another holder's claim — or one made under our identity by
+		// an earlier process (a restarted container keeps its pod
+		// name), whose last writes may still land: wait it out.
 		if exp := l.observedAt.Add(durationOf(l.lease)); now.Before(exp) {
 			return minTime(exp, next), false
 		}
@@ -553,8 +626,8 @@ func (l *loop) acquired(res *coordv1.Lease, sent time.Time, epoch int64) {
 	l.epoch = epoch
 	l.expiry = sent.Add(c.cfg.LeaseDuration)
 	l.observe(res, now) // publishes the new claim
-	c.in.transition("acquired")
-	c.log.Debug("leader: acquired lease", "epoch", epoch, "expiry", l.expiry)
+	c.in.transition(true)
+	c.log.Info("leader: acquired the lease", "epoch", epoch, "expiry", l.expiry)
 }
 
 // stopHolding ends our claim locally at now (or at its expiry if earlier).
@@ -566,8 +639,8 @@ func (l *loop) stopHolding(now time.Time, reason string) {
 	l.held = false
 	l.lastOwnExpiry = minTime(l.expiry, now)
 	l.publish()
-	c.in.transition("lost")
-	c.log.Debug("leader: lost lease", "epoch", l.epoch, "reason", reason)
+	c.in.transition(false)
+	c.log.Info("leader: no longer holding the lease", "epoch", l.epoch, "reason", reason)
 }
 
 // writeFailed handles a failed create, acquire or renew. It returns the
@@ -612,8 +685,8 @@ func (l *loop) permanent(err error, since *time.Time) bool {
 	if !fatal(err) {
 		return false
 	}
-	switch classify(err) {
-	case resultForbidden, resultUnauthorized:
+	switch outcome.Of(err) {
+	case outcome.Forbidden, outcome.Unauthorized:
 		now := l.c.clk.Now()
 		if since.IsZero() {
 			*since = now
@@ -657,7 +730,9 @@ func (l *loop) publish() {
 		case "":
 		case id: // names us, but we hold no claim: not current
 			cl.Holder = id
-			cl.Expiry = l.lastOwnExpiry
+			if l.ownClaimInLease() {
+				cl.Expiry = l.lastOwnExpiry
+			} // else an earlier process's claim: zero Expiry, never ours
 		default:
 			cl.Holder = h
 			cl.Expiry = l.observedAt.Add(durationOf(l.lease))
@@ -692,28 +767,57 @@ func (l *loop) readWatch() {
 	}
 }
 
-// relinquish handles Relinquish: back off, stop holding, vacate.
+// relinquish handles Relinquish: back off, then release.
 func (l *loop) relinquish(ctx context.Context, backoff time.Duration) error {
 	c := l.c
 	now := c.clk.Now()
 	if until := now.Add(backoff); until.After(l.backoffUntil) {
 		l.backoffUntil = until
 	}
-	l.stopHolding(now, "relinquished")
-	return l.vacate(ctx)
+	return l.release(ctx, ctx, "relinquished")
 }
 
-// shutdown handles cancellation of Run's context: stop holding, vacate
-// under a fresh timeout, return the context's error.
+// shutdown handles cancellation of Run's context: release under fresh
+// deadlines, return the context's error.
 func (l *loop) shutdown(ctx context.Context) error {
 	c := l.c
-	l.stopHolding(c.clk.Now(), "shutting down")
-	vctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.CallTimeout)
+	base := context.WithoutCancel(ctx)
+	vctx, cancel := context.WithTimeout(base, c.cfg.CallTimeout)
 	defer cancel()
-	if err := l.vacate(vctx); err != nil {
-		c.log.Debug("leader: vacating lease on shutdown failed", "err", err)
+	if err := l.release(base, vctx, "shutting down"); err != nil {
+		c.log.Info("leader: vacating the lease on shutdown failed; the claim runs out on its own", "err", err)
 	}
+	c.log.Info("leader: claimer stopped", "reason", "context cancelled")
 	return context.Cause(ctx)
+}
+
+// release gives our claim up on purpose: the registered Writers quiesce
+// while the claim is still reported as ours (bounded by ctx and by the
+// claim's expiry); then we stop holding; then we vacate with vctx — unless
+// a Writer reports a write that ended without an answer, in which case the
+// Lease keeps naming us and the claim runs out, so that a successor waits a
+// full lease duration.
+func (l *loop) release(ctx, vctx context.Context, reason string) error {
+	c := l.c
+	answered := true
+	if l.epoch != 0 {
+		limit := c.cfg.CallTimeout // a claim already ended: its writes were cancelled
+		if l.held {
+			limit = max(l.expiry.Sub(c.clk.Now()), 0)
+		}
+		qctx, cancel := context.WithTimeout(ctx, limit)
+		answered = c.quiesceWriters(qctx, l.epoch)
+		cancel()
+	}
+	l.stopHolding(c.clk.Now(), reason)
+	if !answered {
+		if l.ownClaimInLease() {
+			c.log.Info("leader: not vacating the lease: a write made under our claim ended without an answer from the API server and could still land; the claim runs out on its own",
+				"epoch", l.epoch, "expiry", l.lastOwnExpiry)
+		}
+		return nil
+	}
+	return l.vacate(vctx)
 }
 
 // vacate clears spec.holderIdentity if the Lease names us. A conflict means
@@ -721,8 +825,8 @@ func (l *loop) shutdown(ctx context.Context) error {
 func (l *loop) vacate(ctx context.Context) error {
 	c := l.c
 	for range 2 {
-		if l.lease == nil || holderOf(l.lease) != c.cfg.Identity {
-			return nil
+		if !l.ownClaimInLease() {
+			return nil // not ours (any more), or an earlier process's claim
 		}
 		next := l.lease.DeepCopy()
 		next.Spec.HolderIdentity = nil
@@ -732,7 +836,7 @@ func (l *loop) vacate(ctx context.Context) error {
 		c.in.request(opVacate, err)
 		if err == nil {
 			l.observe(res, c.clk.Now())
-			c.log.Debug("leader: vacated lease", "epoch", transitionsOf(res))
+			c.log.Info("leader: vacated the lease", "epoch", l.epoch)
 			return nil
 		}
 		if !apierrors.IsConflict(err) {

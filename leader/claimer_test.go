@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -78,7 +79,7 @@ func TestCreateWhenMissing(t *testing.T) {
 	if !a.c.Current().IsCurrentFor("a", h.clk.Now()) {
 		t.Error("a does not see itself as holder")
 	}
-	if err := a.c.Ready(); err != nil {
+	if err := a.c.Healthy(); err != nil {
 		t.Errorf("Ready = %v, want nil", err)
 	}
 	if got := a.wake(); got != 5*time.Second {
@@ -104,9 +105,13 @@ func TestAcquire(t *testing.T) {
 			acquireAt: 0,
 		},
 		{
-			label:     "names us from an earlier run: re-acquire with a new epoch",
-			spec:      leaseSpec("a", t0, 4),
-			acquireAt: 0,
+			// A restarted process (same identity, e.g. a container
+			// restarted in its pod) must not inherit the claim its
+			// predecessor made: that one's last writes may still land.
+			label:      "names us, written by an earlier process: wait a full duration like any holder's",
+			spec:       leaseSpec("a", t0, 4),
+			wantBefore: Claim{Holder: "a", Epoch: 4},
+			acquireAt:  15 * time.Second,
 		},
 		{
 			label:      "held by b, renewTime now",
@@ -139,12 +144,13 @@ func TestAcquire(t *testing.T) {
 			a := h.start(h.config("a"))
 			h.settle()
 			if tc.acquireAt > 0 {
+				holder := *tc.spec.HolderIdentity
 				checkClaim(t, "a before expiry", a.c.Current(), tc.wantBefore)
-				checkStored(t, h, "b", 4)
+				checkStored(t, h, holder, 4)
 				h.stepTo(tc.acquireAt - time.Second)
-				checkStored(t, h, "b", 4)
+				checkStored(t, h, holder, 4)
 				if a.c.Current().IsCurrentFor("a", h.clk.Now()) {
-					t.Fatal("a claims a lease b still holds")
+					t.Fatalf("a claims a lease %s still holds", holder)
 				}
 				h.stepTo(tc.acquireAt)
 			}
@@ -220,7 +226,7 @@ func TestRenewFailsUntilExpiry(t *testing.T) {
 				if !a.c.Current().IsCurrentFor("a", h.clk.Now()) {
 					t.Fatalf("t0+%v: a lost the claim before it ran out", h.since())
 				}
-				if err := a.c.Ready(); err != nil {
+				if err := a.c.Healthy(); err != nil {
 					t.Fatalf("t0+%v: Ready = %v during transient errors", h.since(), err)
 				}
 			}
@@ -231,7 +237,7 @@ func TestRenewFailsUntilExpiry(t *testing.T) {
 			if a.c.Current().IsCurrentFor("a", h.clk.Now()) {
 				t.Fatal("a still holds after its claim ran out")
 			}
-			if err := a.c.Ready(); err != nil {
+			if err := a.c.Healthy(); err != nil {
 				t.Fatalf("Ready = %v: transient errors must not stop Run", err)
 			}
 
@@ -365,7 +371,7 @@ func TestVacateOnCancel(t *testing.T) {
 	if n := h.logs.count("ERROR"); n != 0 {
 		t.Errorf("%d error records for a clean shutdown", n)
 	}
-	if err := a.c.Ready(); !errors.Is(err, ErrStopped) || !errors.Is(err, context.Canceled) {
+	if err := a.c.Healthy(); !errors.Is(err, ErrStopped) || !errors.Is(err, context.Canceled) {
 		t.Errorf("Ready = %v, want ErrStopped and context.Canceled", err)
 	}
 	// b learns of the vacated lease through its watch and takes it at once,
@@ -556,7 +562,7 @@ func TestPermanentErrorsEndRun(t *testing.T) {
 			if !tc.wantIs(err) {
 				t.Fatalf("Run = %v, want a matching error", err)
 			}
-			if rerr := a.c.Ready(); !errors.Is(rerr, ErrStopped) || !tc.wantIs(rerr) {
+			if rerr := a.c.Healthy(); !errors.Is(rerr, ErrStopped) || !tc.wantIs(rerr) {
 				t.Errorf("Ready = %v, want ErrStopped wrapping Run's error", rerr)
 			}
 			if a.c.Current().IsCurrentFor("a", h.clk.Now()) {
@@ -777,7 +783,7 @@ func TestWatch(t *testing.T) {
 				h.stepTo(tc.acquireAt)
 			}
 			checkStored(t, h, "a", 5)
-			if err := a.c.Ready(); err != nil {
+			if err := a.c.Healthy(); err != nil {
 				t.Errorf("Ready = %v", err)
 			}
 			// The watch goroutine is not synchronised with the loop: wait for
@@ -879,7 +885,7 @@ func TestRunTwiceAndReadiness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Ready(); !errors.Is(err, ErrNotStarted) {
+	if err := c.Healthy(); !errors.Is(err, ErrNotStarted) {
 		t.Errorf("Ready before Run = %v, want ErrNotStarted", err)
 	}
 	if c.Identity() != "a" {
@@ -887,7 +893,7 @@ func TestRunTwiceAndReadiness(t *testing.T) {
 	}
 	r := h.run(c)
 	h.settle()
-	if err := c.Ready(); err != nil {
+	if err := c.Healthy(); err != nil {
 		t.Errorf("Ready while running = %v", err)
 	}
 	if err := c.Run(context.Background()); !errors.Is(err, ErrAlreadyStarted) {
@@ -916,9 +922,9 @@ func TestLogsOnlyLeadershipChanges(t *testing.T) {
 		substr string
 		want   int
 	}{
-		{"acquired lease", 1},
-		{"lost lease", 1},
-		{"vacated lease", 1},
+		{"acquired the lease", 1},
+		{"no longer holding the lease", 1},
+		{"vacated the lease", 1},
 		{"renew", 0},
 	} {
 		if n := h.logs.count(tc.substr); n != tc.want {
@@ -956,9 +962,104 @@ func TestRefusalsThatPassDoNotEndRun(t *testing.T) {
 			if !a.c.Current().IsCurrentFor("a", h.clk.Now()) {
 				t.Fatalf("a did not acquire after the refusals passed: %+v", a.c.Current())
 			}
-			if err := a.c.Ready(); err != nil {
+			if err := a.c.Healthy(); err != nil {
 				t.Errorf("Ready = %v, want nil", err)
 			}
 		})
+	}
+}
+
+// fakeWriter records Quiesce calls and answers as told.
+type fakeWriter struct {
+	mu       sync.Mutex
+	calls    []int64 // epochs
+	leading  []bool  // whether the claimer still reported us as holder during the call
+	answered bool
+	c        *Claimer
+	now      func() time.Time
+}
+
+func (w *fakeWriter) Quiesce(_ context.Context, epoch int64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.calls = append(w.calls, epoch)
+	w.leading = append(w.leading, w.c.Current().IsCurrentFor(w.c.Identity(), w.now()))
+	return w.answered
+}
+
+// Giving the lease up on purpose asks every Writer to quiesce first, while
+// the claim is still reported as ours; the Lease is vacated only when every
+// write was answered. Otherwise it keeps naming us and a successor waits a
+// full lease duration.
+func TestReleaseQuiescesWritersBeforeVacating(t *testing.T) {
+	for _, tc := range []struct {
+		label    string
+		answered bool
+		shutdown bool // Run's context cancelled instead of Relinquish
+	}{
+		{"relinquish, all answered: vacate", true, false},
+		{"relinquish, a write unanswered: keep the lease until it runs out", false, false},
+		{"shutdown, all answered: vacate", true, true},
+		{"shutdown, a write unanswered: keep the lease until it runs out", false, true},
+	} {
+		t.Run(tc.label, func(t *testing.T) {
+			h := newHarness(t)
+			a := h.start(h.config("a"))
+			h.settle()
+			w := &fakeWriter{answered: tc.answered, c: a.c, now: h.clk.Now}
+			remove := a.c.AddWriter(w)
+			defer remove()
+			b := h.start(h.config("b"))
+			h.settle()
+			checkStored(t, h, "a", 1)
+			if tc.shutdown {
+				if err := a.stop(); !errors.Is(err, context.Canceled) {
+					t.Fatal(err)
+				}
+			} else if err := a.relinquish(time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			h.settle()
+			w.mu.Lock()
+			calls, leading := w.calls, w.leading
+			w.mu.Unlock()
+			if len(calls) != 1 || calls[0] != 1 || !leading[0] {
+				t.Fatalf("Quiesce calls (epochs) %v, still leading during the call %v; want one call for epoch 1 while leading", calls, leading)
+			}
+			if tc.answered {
+				// Vacated: b acquires at once.
+				checkStored(t, h, "b", 2)
+				return
+			}
+			checkStored(t, h, "a", 1)
+			h.stepTo(14 * time.Second)
+			checkStored(t, h, "a", 1)
+			if b.c.Current().IsCurrentFor("b", h.clk.Now()) {
+				t.Fatal("b holds the lease before a's claim ran out")
+			}
+			h.stepTo(15 * time.Second)
+			checkStored(t, h, "b", 2)
+		})
+	}
+}
+
+// A writer removed from the claimer is not asked.
+func TestRemovedWriterIsNotAsked(t *testing.T) {
+	h := newHarness(t)
+	a := h.start(h.config("a"))
+	h.settle()
+	w := &fakeWriter{answered: false, c: a.c, now: h.clk.Now}
+	remove := a.c.AddWriter(w)
+	remove()
+	remove() // twice is harmless
+	if err := a.relinquish(time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	h.settle()
+	if len(w.calls) != 0 {
+		t.Fatalf("removed writer asked: %v", w.calls)
+	}
+	if holder, _ := h.stored(); holder != "" {
+		t.Fatalf("lease still names %q after relinquish with no writer", holder)
 	}
 }

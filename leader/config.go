@@ -1,9 +1,12 @@
 package leader
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -25,9 +28,54 @@ const (
 	DefaultCallTimeout = 5 * time.Second
 )
 
-// ErrInvalidConfig is wrapped by every error [NewClaimer] returns for a
-// Config it rejects. The message names the offending field.
+// ErrInvalidConfig is wrapped by every error [NewClaimer] and
+// [Config.Validate] return for a Config they reject; the error is a
+// [*ConfigError] naming the field.
 var ErrInvalidConfig = errors.New("leader: invalid config")
+
+// ConfigError says which field of [Config] is invalid and why. It wraps
+// [ErrInvalidConfig]; use errors.As to read the field.
+type ConfigError struct {
+	// Field is the name of the Config field, e.g. "RenewGrace".
+	Field string
+	// Reason says what is wrong, e.g. "must be < LeaseDuration (15s), got 20s".
+	Reason string
+}
+
+// Error returns "leader: invalid config: Config.<Field> <Reason>".
+func (e *ConfigError) Error() string {
+	return ErrInvalidConfig.Error() + ": Config." + e.Field + " " + e.Reason
+}
+
+// Unwrap returns [ErrInvalidConfig].
+func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
+
+// DefaultIdentity returns an identity unique to this process: the pod's
+// name ($POD_NAME, else the host name) followed by "_" and 8 random hex
+// digits drawn at each call. A new process — a restarted container
+// keeps its pod name — therefore never takes its predecessor's identity.
+// (The Claimer does not inherit a claim held under its own identity by an
+// earlier process either; see [Claimer].)
+func DefaultIdentity() string {
+	base := os.Getenv("POD_NAME")
+	if base == "" {
+		base, _ = os.Hostname()
+	}
+	if base == "" {
+		base = "replica"
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return base + "_" + hex.EncodeToString(b[:])
+}
+
+// Validate reports whether cfg would be accepted by [NewClaimer]: nil, or a
+// [*ConfigError] naming the first invalid field. Defaults are applied to a
+// copy first, so zero fields are valid.
+func (cfg Config) Validate() error {
+	_, err := cfg.withDefaults()
+	return err
+}
 
 // Config configures a [Claimer]. Zero fields take the documented default;
 // [NewClaimer] rejects impossible combinations with an error naming the field.
@@ -52,10 +100,13 @@ type Config struct {
 	Name string
 
 	// Identity is this replica's holder identity, written to
-	// spec.holderIdentity. Required. It must be unique per process, not
-	// merely per pod or host: two processes sharing an identity would both
-	// believe they hold the lease. A common choice is the pod name plus a
-	// random suffix generated at start-up.
+	// spec.holderIdentity. Required; at most 253 characters. It must be
+	// unique among the processes that run at the same time: two live
+	// processes sharing an identity would both believe they hold the
+	// lease. [DefaultIdentity] gives the pod name plus a random suffix
+	// drawn at start-up. A process restarted with the identity of its
+	// predecessor is safe: it waits out a claim it did not make itself
+	// like anyone else's.
 	Identity string
 
 	// LeaseDuration is how long a claim lasts after it was last written,
@@ -102,11 +153,12 @@ type Config struct {
 	// FakeClock.
 	Clock clock.Clock
 
-	// Logger receives a debug record when leadership changes (acquired,
-	// lost, vacated, another holder observed) and when requests start or
-	// stop failing — never one per unchanged renewal —, one warning if the
-	// Lease cannot be watched (say, RBAC lacks the watch verb), and an
-	// error record when Run fails. Nil discards all records.
+	// Logger receives an info record when this replica acquires the lease,
+	// loses it (with the reason), vacates it or decides not to, and when
+	// Run stops; a debug record when another holder is observed and when
+	// requests start or stop failing — never one per unchanged renewal —;
+	// one warning if the Lease cannot be watched (say, RBAC lacks the watch
+	// verb); and an error record when Run fails. Nil discards all records.
 	Logger *slog.Logger
 
 	// Meter creates the instruments listed in the package documentation.
@@ -131,6 +183,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.Identity == "" {
 		return cfg, configErr("Identity must not be empty")
+	}
+	if len(cfg.Identity) > 253 {
+		return cfg, configErr("Identity must be at most 253 characters, got %d", len(cfg.Identity))
 	}
 
 	if cfg.LeaseDuration == 0 {
@@ -188,6 +243,10 @@ func (cfg Config) withDefaults() (Config, error) {
 	return cfg, nil
 }
 
+// configErr builds a *ConfigError from "<Field> <reason>", the field being
+// the first word of format.
 func configErr(format string, args ...any) error {
-	return fmt.Errorf("%w: Config."+format, append([]any{ErrInvalidConfig}, args...)...)
+	msg := fmt.Sprintf(format, args...)
+	field, reason, _ := strings.Cut(msg, " ")
+	return &ConfigError{Field: field, Reason: reason}
 }

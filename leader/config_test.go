@@ -2,6 +2,7 @@ package leader
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -84,6 +85,7 @@ func TestConfigRejected(t *testing.T) {
 		{"no name", func(c *Config) { c.Name = "" }, "Config.Name must not be empty"},
 		{"bad name", func(c *Config) { c.Name = "UPPER/case" }, "Config.Name must be a valid object name"},
 		{"no identity", func(c *Config) { c.Identity = "" }, "Config.Identity must not be empty"},
+		{"long identity", func(c *Config) { c.Identity = strings.Repeat("x", 254) }, "Config.Identity must be at most 253 characters, got 254"},
 		{"negative lease", func(c *Config) { c.LeaseDuration = -time.Second }, "Config.LeaseDuration must be >= 1s, got -1s"},
 		{"sub-second lease", func(c *Config) { c.LeaseDuration = 500 * time.Millisecond }, "Config.LeaseDuration must be >= 1s"},
 		{"fractional lease", func(c *Config) { c.LeaseDuration = 1500 * time.Millisecond }, "Config.LeaseDuration must be a whole number of seconds"},
@@ -108,6 +110,16 @@ func TestConfigRejected(t *testing.T) {
 			if !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "leader: ") {
 				t.Errorf("error %q, want it to contain %q", err, tc.want)
 			}
+			// The field is in the error's type, for callers that map it
+			// to a flag or option of their own.
+			var ce *ConfigError
+			field, _, _ := strings.Cut(strings.TrimPrefix(tc.want, "Config."), " ")
+			if !errors.As(err, &ce) || ce.Field != field {
+				t.Errorf("error %v: ConfigError %+v, want Field %q", err, ce, field)
+			}
+			if verr := cfg.Validate(); verr == nil || verr.Error() != err.Error() {
+				t.Errorf("Validate() = %v, NewClaimer: %v", verr, err)
+			}
 		})
 	}
 	t.Run("nil client", func(t *testing.T) {
@@ -115,4 +127,27 @@ func TestConfigRejected(t *testing.T) {
 			t.Errorf("NewClaimer(nil) = %v, want ErrInvalidConfig", err)
 		}
 	})
+}
+
+func TestConfigValidateAcceptsDefaults(t *testing.T) {
+	if err := (Config{Namespace: "ns", Name: "lease", Identity: DefaultIdentity()}).Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDefaultIdentityIsPerProcess(t *testing.T) {
+	t.Setenv("POD_NAME", "web-0")
+	a, b := DefaultIdentity(), DefaultIdentity()
+	if a == b {
+		t.Fatalf("two identities drawn alike: %q", a)
+	}
+	for _, id := range []string{a, b} {
+		if !strings.HasPrefix(id, "web-0_") || len(id) != len("web-0_")+8 {
+			t.Errorf("identity %q, want web-0_ and 8 hex digits", id)
+		}
+	}
+	t.Setenv("POD_NAME", "")
+	if host, _ := os.Hostname(); host != "" && !strings.HasPrefix(DefaultIdentity(), host+"_") {
+		t.Errorf("without POD_NAME: %q, want the host name %q first", DefaultIdentity(), host)
+	}
 }

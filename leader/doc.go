@@ -106,12 +106,12 @@
 // request, the Lease missing with RequireExisting, and Unauthorized or
 // Forbidden once they have lasted a full LeaseDuration (a kube-apiserver that
 // has just restarted refuses requests until its authorizer has synced, and
-// that must not stop a healthy replica) — end Run with that error, and [Claimer.Ready] reports not ready from then
+// that must not stop a healthy replica) — end Run with that error, and [Claimer.Healthy] reports not ready from then
 // on (it also does before Run starts), so a readiness probe turns a dead
 // lease loop into a visible, restartable failure:
 //
 //	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-//		if err := claimer.Ready(); err != nil {
+//		if err := claimer.Healthy(); err != nil {
 //			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 //		}
 //	})

@@ -102,7 +102,7 @@ func ExampleClaimer() {
 		return
 	}
 	fmt.Printf("holder after shutdown: %q, transitions %d\n", ptrOr(lease.Spec.HolderIdentity), *lease.Spec.LeaseTransitions)
-	fmt.Println("ready:", claimer.Ready() == nil)
+	fmt.Println("ready:", claimer.Healthy() == nil)
 	// Output:
 	// leading under epoch 1
 	// Run: context canceled
@@ -112,7 +112,7 @@ func ExampleClaimer() {
 
 // Ready serves a readiness probe: not ready before Run starts, nor after it
 // has returned (say, because RBAC forbids updating the Lease).
-func ExampleClaimer_Ready() {
+func ExampleClaimer_Healthy() {
 	client := fake.NewSimpleClientset()
 	claimer, err := leader.NewClaimer(client.CoordinationV1(), leader.Config{
 		Namespace: "default", Name: "my-controller", Identity: "replica-a",
@@ -122,14 +122,14 @@ func ExampleClaimer_Ready() {
 		return
 	}
 	readyz := func(w http.ResponseWriter, _ *http.Request) {
-		if err := claimer.Ready(); err != nil {
+		if err := claimer.Healthy(); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")
 	}
 	http.NewServeMux().HandleFunc("/readyz", readyz)
-	fmt.Println(claimer.Ready())
+	fmt.Println(claimer.Healthy())
 	// Output:
 	// leader: claimer not started
 }

@@ -79,7 +79,8 @@ func TestMetrics(t *testing.T) {
 
 	got := points(t, reader)
 	want := map[string]int64{
-		"quietpatch.leader.is_leader{}":                              1,
+		"quietpatch.leader.is_leader{identity=a}":                    1,
+		"quietpatch.leader.epoch{}":                                  2,
 		"quietpatch.leader.transitions{direction=acquired}":          2,
 		"quietpatch.leader.transitions{direction=lost}":              1,
 		"quietpatch.leader.requests{operation=get,result=not_found}": 1,
@@ -107,7 +108,7 @@ func TestMetrics(t *testing.T) {
 	h.settle()
 	got = points(t, reader)
 	for k, v := range map[string]int64{
-		"quietpatch.leader.is_leader{}":                          0,
+		"quietpatch.leader.is_leader{identity=a}":                0,
 		"quietpatch.leader.transitions{direction=lost}":          2,
 		"quietpatch.leader.requests{operation=vacate,result=ok}": 1,
 	} {
@@ -119,7 +120,7 @@ func TestMetrics(t *testing.T) {
 	if err := a.stop(); !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}
-	if _, ok := points(t, reader)["quietpatch.leader.is_leader{}"]; ok {
+	if _, ok := points(t, reader)["quietpatch.leader.is_leader{identity=a}"]; ok {
 		t.Error("is_leader still observed after Run returned")
 	}
 }

@@ -5,106 +5,69 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/clock"
 
+	"github.com/quietpatch/quietpatch/ewma"
 	"github.com/quietpatch/quietpatch/leader"
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
-// Sentinel errors of the reconciler and the dispatcher.
+// Lifecycle errors of the reconciler and the dispatcher.
 var (
 	// ErrNotLeader is returned by reconciles attempted while the claim is
 	// not current for our identity.
 	ErrNotLeader = errors.New("statuspatch: not leader")
-	// ErrNotRunning is returned (wrapped) by Healthy before Run started and
-	// after it returned.
-	ErrNotRunning = errors.New("statuspatch: not running")
-	// ErrAlreadyRunning is returned by Run when it was already called.
-	ErrAlreadyRunning = errors.New("statuspatch: Run already called")
+	// ErrNotStarted is returned (wrapped) by Healthy before Run was called.
+	ErrNotStarted = errors.New("statuspatch: not started")
+	// ErrStopped is returned (wrapped, with the reason) by Healthy after Run
+	// returned.
+	ErrStopped = errors.New("statuspatch: stopped")
+	// ErrAlreadyStarted is returned by a second call of Run.
+	ErrAlreadyStarted = errors.New("statuspatch: Run already called")
 )
 
-// Outcome classifies the result of one patch call; see [Classify].
-type Outcome string
-
-// Patch call outcomes, the values of the OutcomeAttrKey attribute.
-const (
-	// OutcomeOK: the patch was applied.
-	OutcomeOK Outcome = "ok"
-	// OutcomeConflict: 409, the object changed since the patch was computed
-	// (resourceVersion precondition failed).
-	OutcomeConflict Outcome = "conflict"
-	// OutcomeNotFound: 404, the object is gone.
-	OutcomeNotFound Outcome = "not_found"
-	// OutcomeForbidden: 403, RBAC does not allow patching the status.
-	OutcomeForbidden Outcome = "forbidden"
-	// OutcomeTimeout: the call's deadline passed (PatchTimeout or the end of
-	// the claim), or the server answered with a timeout.
-	OutcomeTimeout Outcome = "timeout"
-	// OutcomeThrottled: 429, the server's priority and fairness (or another
-	// limit) refused the request.
-	OutcomeThrottled Outcome = "throttled"
-	// OutcomeCanceled: the dispatcher was stopped during the call.
-	OutcomeCanceled Outcome = "canceled"
-	// OutcomeOther: any other error.
-	OutcomeOther Outcome = "other"
-)
-
-func outcomes() []Outcome {
-	return []Outcome{OutcomeOK, OutcomeConflict, OutcomeNotFound, OutcomeForbidden,
-		OutcomeTimeout, OutcomeThrottled, OutcomeCanceled, OutcomeOther}
-}
-
-// Classify maps the error of a patch call to an [Outcome] using the API
-// status in the error (k8s.io/apimachinery/pkg/api/errors) and context
-// errors. A nil error is OutcomeOK.
-func Classify(err error) Outcome {
-	var netErr net.Error
-	switch {
-	case err == nil:
-		return OutcomeOK
-	case apierrors.IsConflict(err):
-		return OutcomeConflict
-	case apierrors.IsNotFound(err):
-		return OutcomeNotFound
-	case apierrors.IsForbidden(err):
-		return OutcomeForbidden
-	case apierrors.IsTooManyRequests(err):
-		return OutcomeThrottled
-	case errors.Is(err, context.DeadlineExceeded), apierrors.IsTimeout(err), apierrors.IsServerTimeout(err),
-		errors.As(err, &netErr) && netErr.Timeout():
-		return OutcomeTimeout
-	case errors.Is(err, context.Canceled):
-		return OutcomeCanceled
-	}
-	return OutcomeOther
-}
-
-// DropReason says why the dispatcher dequeued a patch and did not apply it.
+// DropReason says why the dispatcher dequeued a patch and did not apply it:
+// the values of the reason attribute of quietpatch.dispatch.dropped.
 type DropReason string
 
-// Drop reasons, the values of the DropReasonAttrKey attribute on DispatchDroppedMetric.
+// Drop reasons of the dispatcher.
 const (
 	// DropNotLeader: at dispatch time the claim was not current for our
-	// identity (another holder, or our claim expired).
+	// identity (another holder, our claim ran out on the local clock, or
+	// it ended while the patch waited).
 	DropNotLeader DropReason = "not_leader"
-	// DropStaleEpoch: the patch was produced under another leadership epoch
-	// than the current claim's; it was computed from a view that a new
-	// leadership recomputes anyway.
+	// DropStaleEpoch: the patch was computed under another epoch than the
+	// current claim's: a new leadership recomputes it from fresh state.
 	DropStaleEpoch DropReason = "stale_epoch"
-	// DropShutdown: the dispatcher was stopped (ctx cancelled) with the
-	// patch still queued.
+	// DropClaimEnding: less than DispatcherConfig.ClaimMargin of our claim
+	// was left, too little for the call to be answered before it ends.
+	DropClaimEnding DropReason = "claim_ending"
+	// DropReleased: this replica was giving its claim up on purpose
+	// (Relinquish, shutdown): no new call starts.
+	DropReleased DropReason = "released"
+	// DropShutdown: the dispatcher was stopped with the patch still
+	// queued.
 	DropShutdown DropReason = "shutdown"
 )
 
-func dropReasons() []DropReason {
-	return []DropReason{DropNotLeader, DropStaleEpoch, DropShutdown}
+// DropReasons returns every DropReason, in a fixed order.
+func DropReasons() []DropReason {
+	return []DropReason{DropNotLeader, DropStaleEpoch, DropClaimEnding, DropReleased, DropShutdown}
 }
+
+// Defaults of [DispatcherConfig].
+const (
+	// DefaultPatchTimeout is the default DispatcherConfig.PatchTimeout.
+	DefaultPatchTimeout = 5 * time.Second
+	// DefaultClaimMargin is the least DispatcherConfig.ClaimMargin
+	// defaults to.
+	DefaultClaimMargin = 250 * time.Millisecond
+)
 
 // maxWorkers bounds DispatcherConfig.Workers: far above what an API server
 // absorbs (its throughput stops growing at about 16 in flight), low enough
@@ -114,37 +77,65 @@ const maxWorkers = 1024
 // DispatcherConfig configures a [Dispatcher]. Queue, Patcher and Leader are
 // required; every other field has a default.
 type DispatcherConfig[P any] struct {
-	// Queue the dispatcher drains. Required. Its QueueConfig.Key should be
-	// [PatchKey] so that Workers > 1 never patch one object concurrently.
+	// Queue the dispatcher drains. Required, built with QueueConfig.Key
+	// set to [PatchKey], so that two patches of one object are never in
+	// flight at once.
 	Queue *PatchQueue[Patch[P]]
 	// Patcher applies patches. Required.
 	Patcher Patcher[P]
 	// Leader tells whether we hold the claim, and under which epoch.
-	// Required, and its Identity must not be empty.
+	// Required, and its Identity must not be empty. If it has an
+	// AddWriter(leader.Writer) func() method, as *leader.Claimer does, the
+	// dispatcher registers itself, so that the claimer quiesces it before
+	// giving the lease up (see [Dispatcher.Quiesce]).
 	Leader leader.Observer
 	// PatchTimeout bounds every patch call. The deadline of a call is
-	// min(PatchTimeout, time left on our claim), so no write is sent that
-	// could land after the claim ran out. Default 5s; must not be negative.
+	// min(PatchTimeout, time left on our claim). Default
+	// [DefaultPatchTimeout]; must not be negative.
 	PatchTimeout time.Duration
+	// ClaimMargin: no call starts with less than ClaimMargin of our claim
+	// left; such a patch is dropped (reason claim_ending). A call started
+	// closer to the claim's end could still be in flight when the claim
+	// ends. Default: max([DefaultClaimMargin], 4 × the Peak-EWMA of the
+	// patch latency observed so far). Must not be negative; with a
+	// leader.Claimer it matters only when renewals fail, as a healthy
+	// holder keeps at least RenewGrace of its claim.
+	ClaimMargin time.Duration
 	// Workers is the number of patches in flight at most. Default 1; at
-	// most 1024. Throughput does not grow linearly: measured on 2
-	// cores, 1 in flight ≈ 144 patches/s, 4 ≈ 265/s, 16+ ≈ 300/s (the
-	// server's ceiling). See [SuggestCapacity].
+	// most 1024.
 	Workers int
 	// Clock reads the time for leadership checks, deadlines and durations.
 	// Default the real clock. Deadlines themselves are context deadlines:
 	// the duration computed from Clock is handed to context.WithTimeout.
 	Clock clock.PassiveClock
-	// Logger receives debug logs per dropped or failed patch and at most one
-	// warning per minute per failure outcome (forbidden, timeout, other).
-	// Nil discards.
+	// Logger receives debug logs per dropped or failed patch, at most one
+	// warning per minute per failure outcome (forbidden, unauthorized,
+	// invalid, timeout, error), and an info record when Run stops. Nil
+	// discards.
 	Logger *slog.Logger
-	// Meter creates the dispatcher's instruments; nil means no-op.
+	// Meter creates the dispatcher's instruments (see the package
+	// documentation); nil means none.
 	Meter metric.Meter
-	// Name is the value of the "dispatcher" attribute on the dispatcher's
+	// Name is the value of the pipeline attribute on the dispatcher's
 	// instruments and in its logs; typically the queue's QueueConfig.Name.
 	// Default [DefaultQueueName].
 	Name string
+}
+
+// DispatcherStats are a dispatcher's counters since construction.
+type DispatcherStats struct {
+	// Patches counts patch calls by outcome.
+	Patches map[outcome.Outcome]int64
+	// Dropped counts patches dequeued and not applied, by reason.
+	Dropped map[DropReason]int64
+	// InFlight is the number of patch calls in progress.
+	InFlight int
+	// Unanswered counts patch calls that ended without an answer from the
+	// API server (outcome.Answered false): timeouts, cancels, broken
+	// connections, 5xx. Such a write may still land.
+	Unanswered int64
+	// Latency is the Peak-EWMA of the patch call latency.
+	Latency time.Duration
 }
 
 // Dispatcher drains a [PatchQueue] and applies each patch with a [Patcher],
@@ -152,24 +143,47 @@ type DispatcherConfig[P any] struct {
 // leader keeps draining so that nothing it queued earlier lingers, but drops
 // (and counts) every patch instead of applying it.
 //
-// For each dequeued patch, at dispatch time: if the claim is not current for
-// our identity (expiry included) the patch is dropped with reason not_leader;
-// if the patch was queued under another epoch than the current claim's it is
-// dropped with reason stale_epoch. Otherwise the patch is applied with a
-// deadline of min(PatchTimeout, claim.Remaining(now)) and the outcome is
-// classified ([Classify]), timed and counted. A failed patch is never
-// retried: the next reconcile pass recomputes the status from the fresh
-// object and queues a new patch if one is still needed.
+// For each dequeued patch, at dispatch time, the dispatcher reads the claim
+// again. It drops the patch when the claim is not current for our identity,
+// expiry included (reason not_leader); when the patch was computed under
+// another epoch (stale_epoch); when less than ClaimMargin of the claim is
+// left (claim_ending); or while the claim is being given up on purpose
+// (released). Otherwise it applies the patch with a deadline of
+// min(PatchTimeout, time left on the claim). The outcome is classified
+// ([outcome.Of]), timed and counted. A failed patch is never retried: the
+// next reconcile pass recomputes the status from the fresh object and
+// queues a new patch if one is still needed.
+//
+// Calls are scoped to the claim. When the claim ends involuntarily — lost
+// to another holder, run out on the local clock, replaced by a new epoch —
+// the calls in flight under it are cancelled at once, not left to their
+// deadline. When this replica gives the claim up on purpose, the claimer
+// calls [Dispatcher.Quiesce] first: no new call starts, queued patches are
+// dropped as they come (released), and the calls in flight run until the
+// API server answers them; the claimer vacates the Lease only if every call
+// made under the claim got an answer.
+//
+// What this does and does not guarantee. Cancelling a call does not stop a
+// write the API server has already begun: a PATCH cancelled by the client,
+// or timed out, may still be committed afterwards. So after an involuntary
+// end of the claim a write of ours can still land after a successor took
+// over. Every patch carries a metadata.resourceVersion precondition
+// ([MergePatch]), so such a late write fails with a conflict whenever the
+// object changed since we read it — in particular once the successor has
+// written its status. After a voluntary end (Relinquish, shutdown) with
+// every call answered, no write of ours lands after the vacate; with a call
+// unanswered the Lease is not vacated and a successor acquires only after
+// a full lease duration, so a late write must outlast that.
 //
 // Workers goroutines apply patches concurrently; the queue delivers a key to
 // one worker at a time, so two patches of one object never race.
 //
-// Stopping: when the ctx given to Run is cancelled, Run stops promptly. Calls
-// in progress see their context cancelled (outcome canceled); patches still
-// waiting in the queue are removed and dropped with reason shutdown, since
-// the next leader recomputes them anyway. When the queue is closed instead,
-// the dispatcher drains it — applying what it may, dropping the rest — and
-// Run returns once it is empty: that is the graceful path.
+// Stopping: when the ctx given to Run is cancelled, Run stops taking patches,
+// lets the calls in flight run to the server's answer (their deadline is at
+// most PatchTimeout), drops what is still queued (reason shutdown: the next
+// leader recomputes it), and returns. When the queue is closed instead, the
+// dispatcher drains it — applying what it may, dropping the rest — and Run
+// returns once it is empty.
 //
 // A Dispatcher is safe for concurrent use; Run may be called once.
 type Dispatcher[P any] struct {
@@ -178,11 +192,13 @@ type Dispatcher[P any] struct {
 	leader  leader.Observer
 	id      string
 	timeout time.Duration
+	margin  time.Duration // 0: the default, from latency
 	workers int
 	clock   clock.PassiveClock
 	log     *slog.Logger
-	name    string
 	inst    *dispatchInstruments
+	fence   fence
+	latency *ewma.Gauge // seconds
 
 	started  atomic.Bool
 	mu       sync.Mutex
@@ -190,28 +206,57 @@ type Dispatcher[P any] struct {
 	stopErr  error          // why Run returned
 	callFrom []atomic.Int64 // per worker: unix nanos when the call in progress began, 0 if none
 
-	lastWarn map[Outcome]*atomic.Int64 // unix nanos of the last warning per outcome
+	patches    [numOutcomes]atomic.Int64
+	dropped    [numDropReasons]atomic.Int64
+	inFlight   atomic.Int64
+	unanswered atomic.Int64
+
+	lastWarn [numOutcomes]atomic.Int64 // unix nanos of the last warning per outcome
+}
+
+var outcomeIndex = func() map[outcome.Outcome]int {
+	m := map[outcome.Outcome]int{}
+	for i, o := range outcome.All() {
+		m[o] = i
+	}
+	return m
+}()
+
+const numDropReasons = 5
+
+func dropIndex(r DropReason) int {
+	for i, x := range DropReasons() {
+		if x == r {
+			return i
+		}
+	}
+	return 0
 }
 
 // NewDispatcher validates cfg and returns a dispatcher; nothing runs until
-// Run.
+// Run. An invalid cfg yields a [*ConfigError] naming the field.
 func NewDispatcher[P any](cfg DispatcherConfig[P]) (*Dispatcher[P], error) {
+	const s = "DispatcherConfig"
 	switch {
 	case cfg.Queue == nil:
-		return nil, errors.New("statuspatch: DispatcherConfig.Queue must be set")
+		return nil, configErr(s, "Queue", "must be set")
+	case cfg.Queue.key == nil:
+		return nil, configErr(s, "Queue", "must be built with QueueConfig.Key set to statuspatch.PatchKey: without a key two patches of one object can be in flight at once, out of order")
 	case cfg.Patcher == nil:
-		return nil, errors.New("statuspatch: DispatcherConfig.Patcher must be set")
+		return nil, configErr(s, "Patcher", "must be set")
 	case cfg.Leader == nil:
-		return nil, errors.New("statuspatch: DispatcherConfig.Leader must be set")
+		return nil, configErr(s, "Leader", "must be set")
 	case cfg.Leader.Identity() == "":
-		return nil, errors.New("statuspatch: DispatcherConfig.Leader.Identity() must not be empty")
+		return nil, configErr(s, "Leader", "must have a non-empty Identity()")
 	case cfg.PatchTimeout < 0:
-		return nil, fmt.Errorf("statuspatch: DispatcherConfig.PatchTimeout must be >= 0 (0 means 5s), got %s", cfg.PatchTimeout)
+		return nil, configErr(s, "PatchTimeout", "must be >= 0 (0 means %s), got %s", DefaultPatchTimeout, cfg.PatchTimeout)
+	case cfg.ClaimMargin < 0:
+		return nil, configErr(s, "ClaimMargin", "must be >= 0 (0 means the default), got %s", cfg.ClaimMargin)
 	case cfg.Workers < 0 || cfg.Workers > maxWorkers:
-		return nil, fmt.Errorf("statuspatch: DispatcherConfig.Workers must be between 0 (meaning 1) and %d, got %d", maxWorkers, cfg.Workers)
+		return nil, configErr(s, "Workers", "must be between 0 (meaning 1) and %d, got %d", maxWorkers, cfg.Workers)
 	}
 	if cfg.PatchTimeout == 0 {
-		cfg.PatchTimeout = 5 * time.Second
+		cfg.PatchTimeout = DefaultPatchTimeout
 	}
 	if cfg.Workers == 0 {
 		cfg.Workers = 1
@@ -225,9 +270,9 @@ func NewDispatcher[P any](cfg DispatcherConfig[P]) (*Dispatcher[P], error) {
 	if cfg.Name == "" {
 		cfg.Name = DefaultQueueName
 	}
-	inst, err := newDispatchInstruments(cfg.Meter, cfg.Name)
+	latency, err := ewma.New(10*time.Second, cfg.Clock)
 	if err != nil {
-		return nil, fmt.Errorf("statuspatch: DispatcherConfig.Meter: %w", err)
+		return nil, err
 	}
 	d := &Dispatcher[P]{
 		queue:    cfg.Queue,
@@ -235,49 +280,109 @@ func NewDispatcher[P any](cfg DispatcherConfig[P]) (*Dispatcher[P], error) {
 		leader:   cfg.Leader,
 		id:       cfg.Leader.Identity(),
 		timeout:  cfg.PatchTimeout,
+		margin:   cfg.ClaimMargin,
 		workers:  cfg.Workers,
 		clock:    cfg.Clock,
-		log:      cfg.Logger.With(slog.String("dispatcher", cfg.Name)),
-		name:     cfg.Name,
-		inst:     inst,
-		stopErr:  fmt.Errorf("%w: Run not called", ErrNotRunning),
+		log:      cfg.Logger.With(slog.String(pipelineAttr, cfg.Name)),
+		latency:  latency,
+		stopErr:  fmt.Errorf("%w: Run not called", ErrNotStarted),
 		callFrom: make([]atomic.Int64, cfg.Workers),
-		lastWarn: make(map[Outcome]*atomic.Int64),
 	}
-	for _, o := range outcomes() {
-		d.lastWarn[o] = new(atomic.Int64)
+	d.fence.init()
+	if d.inst, err = newDispatchInstruments(cfg.Meter, cfg.Name, d); err != nil {
+		return nil, configErr(s, "Meter", "%v", err)
+	}
+	if r, ok := cfg.Leader.(interface {
+		AddWriter(leader.Writer) (remove func())
+	}); ok {
+		r.AddWriter(d)
 	}
 	return d, nil
 }
 
+// claimMargin returns the margin in force.
+func (d *Dispatcher[P]) claimMargin() time.Duration {
+	if d.margin > 0 {
+		return d.margin
+	}
+	est := time.Duration(4 * d.latency.Value() * float64(time.Second))
+	return max(DefaultClaimMargin, est)
+}
+
 // Run drains the queue until ctx is cancelled or the queue is closed and
-// empty, and returns nil then. It returns [ErrAlreadyRunning] if called
-// twice. See [Dispatcher] for what happens to queued patches on stop.
+// empty, and returns nil then. It returns [ErrAlreadyStarted] if called
+// twice. See [Dispatcher] for what happens to calls in flight and queued
+// patches on stop.
 func (d *Dispatcher[P]) Run(ctx context.Context) error {
 	if !d.started.CompareAndSwap(false, true) {
-		return ErrAlreadyRunning
+		return ErrAlreadyStarted
 	}
 	d.mu.Lock()
 	d.running = true
 	d.mu.Unlock()
 
+	// The fence follows the claim for as long as any call may run.
+	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
+	watchDone := make(chan struct{})
+	changes, unsubscribe := d.leader.Subscribe()
+	go func() {
+		defer close(watchDone)
+		d.watchClaim(watchCtx, changes)
+	}()
+
 	var wg sync.WaitGroup
 	for w := range d.workers {
 		wg.Go(func() { d.work(ctx, w) })
 	}
-	wg.Wait()
+	workersDone := make(chan struct{})
+	go func() { wg.Wait(); close(workersDone) }()
 
 	reason := "queue closed and drained"
+	select {
+	case <-workersDone:
+	case <-ctx.Done():
+		// Workers take no more patches; calls in flight run to their
+		// answer, bounded by their deadline. A Patcher that ignores its
+		// context is not waited for beyond twice PatchTimeout.
+		t := time.NewTimer(2 * d.timeout)
+		select {
+		case <-workersDone:
+		case <-t.C:
+			d.log.LogAttrs(context.Background(), slog.LevelError,
+				"statuspatch: dispatcher stopping without a patch call that did not return within twice PatchTimeout: the Patcher ignores its context",
+				slog.Duration("patch_timeout", d.timeout))
+		}
+		t.Stop()
+	}
 	if ctx.Err() != nil {
 		reason = "context cancelled"
 		d.dropQueued()
 	}
+	stopWatch()
+	unsubscribe()
+	<-watchDone
+
 	d.mu.Lock()
 	d.running = false
-	d.stopErr = fmt.Errorf("%w: dispatcher stopped: %s", ErrNotRunning, reason)
+	d.stopErr = fmt.Errorf("%w: dispatcher stopped: %s", ErrStopped, reason)
 	d.mu.Unlock()
 	d.log.LogAttrs(context.Background(), slog.LevelInfo, "statuspatch: dispatcher stopped", slog.String("reason", reason))
 	return nil
+}
+
+// watchClaim cancels the calls of an epoch as soon as its claim ends.
+func (d *Dispatcher[P]) watchClaim(ctx context.Context, changes <-chan leader.Claim) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case c, ok := <-changes:
+			if !ok {
+				return
+			}
+			d.fence.observe(c, c.IsCurrentFor(d.id, d.clock.Now()))
+		}
+	}
 }
 
 // work is one worker's loop.
@@ -294,7 +399,7 @@ func (d *Dispatcher[P]) work(ctx context.Context, w int) {
 			d.queue.Done(it)
 			return
 		}
-		d.dispatch(ctx, w, it.Value)
+		d.dispatch(w, it.Value)
 		d.queue.Done(it)
 	}
 }
@@ -314,7 +419,8 @@ func (d *Dispatcher[P]) dropQueued() {
 }
 
 // dispatch applies or drops one patch.
-func (d *Dispatcher[P]) dispatch(ctx context.Context, w int, p Patch[P]) {
+func (d *Dispatcher[P]) dispatch(w int, p Patch[P]) {
+	ctx := context.Background()
 	now := d.clock.Now()
 	claim := d.leader.Current()
 	if !claim.IsCurrentFor(d.id, now) {
@@ -325,35 +431,52 @@ func (d *Dispatcher[P]) dispatch(ctx context.Context, w int, p Patch[P]) {
 		d.drop(ctx, p, DropStaleEpoch, claim)
 		return
 	}
-	timeout := min(d.timeout, claim.Remaining(now))
-	callCtx, cancel := context.WithTimeout(ctx, timeout)
-	d.inst.inFlight.Add(ctx, 1, d.inst.nameOpts...)
+	left := claim.Remaining(now)
+	if left < d.claimMargin() {
+		d.drop(ctx, p, DropClaimEnding, claim)
+		return
+	}
+	ec, reason := d.fence.enter(claim.Epoch)
+	if ec == nil {
+		d.drop(ctx, p, reason, claim)
+		return
+	}
+	timeout := min(d.timeout, left)
+	callCtx, cancel := context.WithTimeout(ec.ctx, timeout)
+	d.inFlight.Add(1)
 	d.callFrom[w].Store(now.UnixNano())
 	err := d.patcher.Patch(callCtx, p.Payload)
 	d.callFrom[w].Store(0)
 	elapsed := d.clock.Since(now)
-	d.inst.inFlight.Add(ctx, -1, d.inst.nameOpts...)
+	d.inFlight.Add(-1)
 
-	outcome := Classify(err)
-	if err != nil && callCtx.Err() != nil && (outcome == OutcomeOther || outcome == OutcomeCanceled) {
+	o := outcome.Of(err)
+	if err != nil && callCtx.Err() != nil && (o == outcome.Error || o == outcome.Canceled || o == outcome.Timeout) {
 		// The call gave up because its context ended, whatever error the
-		// patcher wrapped that in.
-		if ctx.Err() != nil {
-			outcome = OutcomeCanceled
+		// patcher wrapped that in: the claim ended (cancelled) or the
+		// deadline passed.
+		if ec.ctx.Err() != nil {
+			o = outcome.Canceled
 		} else {
-			outcome = OutcomeTimeout
+			o = outcome.Timeout
 		}
 	}
+	answered := outcome.Answered(err)
 	cancel()
-	d.inst.duration.Record(ctx, elapsed.Seconds(), d.inst.durOpts[outcome]...)
-	d.inst.patches.Add(ctx, 1, d.inst.countOpts[outcome]...)
+	d.fence.exit(ec, answered)
+	if !answered {
+		d.unanswered.Add(1)
+	}
+	d.latency.UpdateAt(d.clock.Now(), elapsed.Seconds())
+	d.patches[outcomeIndex[o]].Add(1)
+	d.inst.recordCall(ctx, o, elapsed)
 	if err == nil {
 		return
 	}
 	level := slog.LevelDebug
-	switch outcome {
-	case OutcomeForbidden, OutcomeTimeout, OutcomeOther:
-		last := d.lastWarn[outcome]
+	switch o {
+	case outcome.Forbidden, outcome.Unauthorized, outcome.Invalid, outcome.Timeout, outcome.Error:
+		last := &d.lastWarn[outcomeIndex[o]]
 		prev := last.Load()
 		if now.UnixNano()-prev >= int64(time.Minute) && last.CompareAndSwap(prev, now.UnixNano()) {
 			level = slog.LevelWarn
@@ -361,14 +484,14 @@ func (d *Dispatcher[P]) dispatch(ctx context.Context, w int, p Patch[P]) {
 	}
 	if d.log.Enabled(ctx, level) {
 		d.log.LogAttrs(ctx, level, "statuspatch: patch failed; not retried, the next reconcile recomputes it",
-			slog.String("key", p.Key), slog.String("outcome", string(outcome)),
+			slog.String("key", p.Key), slog.String("outcome", string(o)),
 			slog.Duration("elapsed", elapsed), slog.Duration("deadline", timeout), slog.Any("error", err))
 	}
 }
 
 // drop counts and logs a patch that is not applied.
 func (d *Dispatcher[P]) drop(ctx context.Context, p Patch[P], reason DropReason, claim leader.Claim) {
-	d.inst.dropped.Add(ctx, 1, d.inst.dropOpts[reason]...)
+	d.dropped[dropIndex(reason)].Add(1)
 	if d.log.Enabled(ctx, slog.LevelDebug) {
 		d.log.LogAttrs(ctx, slog.LevelDebug, "statuspatch: patch dropped",
 			slog.String("key", p.Key), slog.String("reason", string(reason)),
@@ -377,11 +500,45 @@ func (d *Dispatcher[P]) drop(ctx context.Context, p Patch[P], reason DropReason,
 	}
 }
 
+// Quiesce implements [leader.Writer]; a [leader.Claimer] calls it before it
+// gives its claim of epoch up on purpose. From then on no patch call starts
+// under epoch (queued patches are dropped, reason released); the calls in
+// flight are not cancelled. Quiesce waits until none is in flight, or ctx
+// ends, and reports whether every call made under epoch ended with an answer
+// from the API server ([outcome.Answered]) — false if one did not, or if
+// ctx ended first.
+func (d *Dispatcher[P]) Quiesce(ctx context.Context, epoch int64) bool {
+	return d.fence.quiesce(ctx, epoch)
+}
+
+// Stats returns the dispatcher's counters.
+func (d *Dispatcher[P]) Stats() DispatcherStats {
+	s := DispatcherStats{
+		Patches:    make(map[outcome.Outcome]int64, numOutcomes),
+		Dropped:    make(map[DropReason]int64, numDropReasons),
+		InFlight:   int(d.inFlight.Load()),
+		Unanswered: d.unanswered.Load(),
+		Latency:    time.Duration(d.latency.Value() * float64(time.Second)),
+	}
+	for i, o := range outcome.All() {
+		if n := d.patches[i].Load(); n > 0 {
+			s.Patches[o] = n
+		}
+	}
+	for i, r := range DropReasons() {
+		if n := d.dropped[i].Load(); n > 0 {
+			s.Dropped[r] = n
+		}
+	}
+	return s
+}
+
 // Healthy reports whether the dispatcher is working: nil while Run is
-// draining the queue; an error wrapping [ErrNotRunning] before Run was
-// called and after it returned; an error when a patch call has been running
-// for more than twice PatchTimeout (a Patcher that ignores its context and
-// blocks the worker). Wire it to a readiness or liveness probe.
+// draining the queue; an error wrapping [ErrNotStarted] before Run was
+// called, or [ErrStopped] after it returned; an error when a patch call
+// has been running for more than twice PatchTimeout (a Patcher that ignores
+// its context and blocks the worker). Wire it to a readiness or liveness
+// probe.
 func (d *Dispatcher[P]) Healthy() error {
 	d.mu.Lock()
 	running, stopErr := d.running, d.stopErr
@@ -397,4 +554,120 @@ func (d *Dispatcher[P]) Healthy() error {
 		}
 	}
 	return nil
+}
+
+// fence scopes patch calls to the claim they were started under.
+//
+// Each epoch under which calls were made has a context, the parent of those
+// calls' contexts. When the claim of that epoch ends involuntarily (observe)
+// the context is cancelled, and with it every call in flight under it. A
+// voluntary end (quiesce) stops new calls and waits for the ones in flight
+// without cancelling them. Epochs only increase: a call under an epoch older
+// than the newest one seen is refused.
+type fence struct {
+	mu       sync.Mutex
+	cur      *epochCalls   // the newest epoch seen; nil before any
+	inFlight int           // calls in flight, all epochs
+	changed  chan struct{} // closed and replaced when inFlight drops, if waiters
+	waiters  int
+}
+
+type epochCalls struct {
+	epoch      int64
+	ctx        context.Context
+	cancel     context.CancelFunc
+	ended      bool // the claim ended involuntarily: ctx is cancelled
+	quiesced   bool // given up on purpose: no new call
+	unanswered bool // a call under this epoch ended without an answer
+}
+
+func (f *fence) init() { f.changed = make(chan struct{}) }
+
+// advanceLocked makes epoch the newest, ending the older one.
+func (f *fence) advanceLocked(epoch int64) {
+	if f.cur != nil {
+		f.cur.ended = true
+		f.cur.cancel()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	f.cur = &epochCalls{epoch: epoch, ctx: ctx, cancel: cancel}
+}
+
+// enter admits a call under epoch, or returns the reason it may not start.
+func (f *fence) enter(epoch int64) (*epochCalls, DropReason) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case f.cur == nil || epoch > f.cur.epoch:
+		f.advanceLocked(epoch)
+	case epoch < f.cur.epoch:
+		return nil, DropStaleEpoch
+	}
+	switch {
+	case f.cur.quiesced:
+		return nil, DropReleased
+	case f.cur.ended:
+		return nil, DropNotLeader
+	}
+	f.inFlight++
+	return f.cur, ""
+}
+
+// exit ends a call admitted by enter.
+func (f *fence) exit(ec *epochCalls, answered bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.inFlight--
+	if !answered {
+		ec.unanswered = true
+	}
+	if f.waiters > 0 {
+		close(f.changed)
+		f.changed = make(chan struct{})
+	}
+}
+
+// observe ends the newest epoch's calls when c says its claim is over:
+// ours is false (not current for us), or c is of another epoch.
+func (f *fence) observe(c leader.Claim, ours bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.cur == nil || f.cur.ended {
+		return
+	}
+	if !ours || c.Epoch != f.cur.epoch {
+		f.cur.ended = true
+		f.cur.cancel()
+	}
+}
+
+// quiesce stops new calls under epoch and waits for every call in flight.
+func (f *fence) quiesce(ctx context.Context, epoch int64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case f.cur == nil || epoch > f.cur.epoch:
+		// No call was made under epoch; none may start.
+		f.advanceLocked(epoch)
+	case epoch < f.cur.epoch:
+		// Calls were made under a newer epoch than the one given up:
+		// nothing can be said of epoch's own.
+		return false
+	}
+	f.cur.quiesced = true
+	for f.inFlight > 0 {
+		ch := f.changed
+		f.waiters++
+		f.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+		f.mu.Lock()
+		f.waiters--
+		if ctx.Err() != nil && f.inFlight > 0 {
+			return false
+		}
+	}
+	return !f.cur.unanswered
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/quietpatch/quietpatch/leader"
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 // drig wires a dispatcher to fakes.
@@ -97,12 +97,26 @@ func (r *drig) start(t *testing.T) (stop func() error) {
 	return stop
 }
 
-func (r *drig) outcome(t *testing.T, o Outcome) int64 {
-	return r.meter.value(t, DispatchPatchesMetric, OutcomeAttrKey, string(o))
+// outcome reads the patches counter through the meter: the instrument and
+// Stats must agree.
+func (r *drig) outcome(t *testing.T, o outcome.Outcome) int64 {
+	t.Helper()
+	s := r.d.Stats().Patches[o] // read first: the counter only grows
+	v := r.meter.value(t, dispatchPatchesMetric, outcomeAttr, string(o))
+	if v < s {
+		t.Fatalf("Stats().Patches[%s] = %d, then the instrument reported %d", o, s, v)
+	}
+	return v
 }
 
 func (r *drig) dropped(t *testing.T, reason DropReason) int64 {
-	return r.meter.value(t, DispatchDroppedMetric, DropReasonAttrKey, string(reason))
+	t.Helper()
+	s := r.d.Stats().Dropped[reason] // read first: the counter only grows
+	v := r.meter.value(t, dispatchDroppedMetric, reasonAttr, string(reason))
+	if v < s {
+		t.Fatalf("Stats().Dropped[%s] = %d, then the instrument reported %d", reason, s, v)
+	}
+	return v
 }
 
 func TestDispatchAppliesWhileLeader(t *testing.T) {
@@ -112,14 +126,14 @@ func TestDispatchAppliesWhileLeader(t *testing.T) {
 		r.send(t, k, 1)
 	}
 	r.start(t)
-	waitFor(t, "three patches applied", func() bool { return r.outcome(t, OutcomeOK) == 3 })
+	waitFor(t, "three patches applied", func() bool { return r.outcome(t, outcome.OK) == 3 })
 	if got := r.pat.appliedKeys(); !slices.Equal(got, []string{"ns/a", "ns/b", "ns/c"}) {
 		t.Errorf("applied %v, want [ns/a ns/b ns/c]", got)
 	}
-	if v := r.meter.value(t, DispatchDurationMetric, OutcomeAttrKey, string(OutcomeOK)); v != 3 {
+	if v := r.meter.value(t, dispatchDurationMetric, outcomeAttr, string(outcome.OK)); v != 3 {
 		t.Errorf("duration count{ok} = %d, want 3", v)
 	}
-	if v := r.meter.value(t, DispatchInFlightMetric, "", ""); v != 0 {
+	if v := r.meter.value(t, dispatchInFlightMetric, "", ""); v != 0 {
 		t.Errorf("in flight = %d after all calls returned, want 0", v)
 	}
 	if err := r.d.Healthy(); err != nil {
@@ -197,7 +211,7 @@ func TestDispatchDropsEarlierEpochAfterRegain(t *testing.T) {
 	r.lead(3) // lost epoch 1, regained under epoch 3
 	r.start(t)
 	waitFor(t, "all five handled", func() bool {
-		return r.dropped(t, DropStaleEpoch)+r.outcome(t, OutcomeOK) == 5
+		return r.dropped(t, DropStaleEpoch)+r.outcome(t, outcome.OK) == 5
 	})
 	if got := r.pat.appliedKeys(); !slices.Equal(got, []string{"ns/new0", "ns/new1"}) {
 		t.Errorf("applied %v, want only the epoch-3 patches", got)
@@ -241,7 +255,7 @@ func TestDispatchHungPatchEndsAtDeadline(t *testing.T) {
 	}
 	r.send(t, "ns/hung", 1)
 	r.start(t)
-	waitFor(t, "the timeout outcome", func() bool { return r.outcome(t, OutcomeTimeout) == 1 })
+	waitFor(t, "the timeout outcome", func() bool { return r.outcome(t, outcome.Timeout) == 1 })
 	if !hasDeadline.Load() {
 		t.Fatal("the patch call had no deadline")
 	}
@@ -272,7 +286,10 @@ func TestDispatchDeadlineIsMinOfTimeoutAndClaim(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			r := newDrig(t, func(cfg *DispatcherConfig[tPayload]) { cfg.PatchTimeout = c.patchTimeout })
+			r := newDrig(t, func(cfg *DispatcherConfig[tPayload]) {
+				cfg.PatchTimeout = c.patchTimeout
+				cfg.ClaimMargin = time.Millisecond // this test is about the deadline
+			})
 			r.obs.Set(leader.Claim{Holder: "me", Expiry: r.clock.Now().Add(c.claimLeft), Epoch: 1})
 			got := make(chan time.Duration, 1)
 			r.pat.fn = func(ctx context.Context, _ tPayload) error {
@@ -301,14 +318,14 @@ func TestDispatchClassifiesAndDoesNotRetry(t *testing.T) {
 	gr := schema.GroupResource{Group: "gateway.networking.k8s.io", Resource: "httproutes"}
 	cases := []struct {
 		err  error
-		want Outcome
+		want outcome.Outcome
 	}{
-		{apierrors.NewConflict(gr, "a", errors.New("the object has been modified")), OutcomeConflict},
-		{apierrors.NewNotFound(gr, "a"), OutcomeNotFound},
-		{apierrors.NewForbidden(gr, "a", errors.New("rbac")), OutcomeForbidden},
-		{apierrors.NewTooManyRequests("slow down", 1), OutcomeThrottled},
-		{apierrors.NewTimeoutError("server gave up", 1), OutcomeTimeout},
-		{errors.New("connection refused"), OutcomeOther},
+		{apierrors.NewConflict(gr, "a", errors.New("the object has been modified")), outcome.Conflict},
+		{apierrors.NewNotFound(gr, "a"), outcome.NotFound},
+		{apierrors.NewForbidden(gr, "a", errors.New("rbac")), outcome.Forbidden},
+		{apierrors.NewTooManyRequests("slow down", 1), outcome.Throttled},
+		{apierrors.NewTimeoutError("server gave up", 1), outcome.Timeout},
+		{errors.New("connection refused"), outcome.Error},
 	}
 	for _, c := range cases {
 		t.Run(string(c.want), func(t *testing.T) {
@@ -330,44 +347,6 @@ func TestDispatchClassifiesAndDoesNotRetry(t *testing.T) {
 				t.Errorf("the failed patch went back to the queue")
 			}
 		})
-	}
-}
-
-// timeoutNetError is a net.Error that timed out.
-type timeoutNetError struct{}
-
-func (timeoutNetError) Error() string   { return "i/o timeout" }
-func (timeoutNetError) Timeout() bool   { return true }
-func (timeoutNetError) Temporary() bool { return true }
-
-var _ net.Error = timeoutNetError{}
-
-func TestClassify(t *testing.T) {
-	gr := schema.GroupResource{Resource: "widgets"}
-	cases := []struct {
-		label string
-		err   error
-		want  Outcome
-	}{
-		{"nil", nil, OutcomeOK},
-		{"409", apierrors.NewConflict(gr, "a", errors.New("x")), OutcomeConflict},
-		{"409 wrapped", fmt.Errorf("patch: %w", apierrors.NewConflict(gr, "a", errors.New("x"))), OutcomeConflict},
-		{"404", apierrors.NewNotFound(gr, "a"), OutcomeNotFound},
-		{"403", apierrors.NewForbidden(gr, "a", errors.New("x")), OutcomeForbidden},
-		{"429", apierrors.NewTooManyRequests("x", 1), OutcomeThrottled},
-		{"504", apierrors.NewTimeoutError("x", 1), OutcomeTimeout},
-		{"500 server timeout", apierrors.NewServerTimeout(gr, "patch", 1), OutcomeTimeout},
-		{"deadline", context.DeadlineExceeded, OutcomeTimeout},
-		{"deadline wrapped", fmt.Errorf("Patch %q: %w", "https://x", context.DeadlineExceeded), OutcomeTimeout},
-		{"net timeout", &net.OpError{Op: "read", Err: timeoutNetError{}}, OutcomeTimeout},
-		{"canceled", context.Canceled, OutcomeCanceled},
-		{"invalid patch", ErrInvalidPatch, OutcomeOther},
-		{"422", apierrors.NewInvalid(schema.GroupKind{Kind: "Widget"}, "a", nil), OutcomeOther},
-	}
-	for _, c := range cases {
-		if got := Classify(c.err); got != c.want {
-			t.Errorf("%s: Classify(%v) = %s, want %s", c.label, c.err, got, c.want)
-		}
 	}
 }
 
@@ -408,7 +387,7 @@ func TestDispatchWorkersKeepKeysExclusive(t *testing.T) {
 	r.send(t, "ns/k0", 1)
 	r.send(t, "ns/k1", 1)
 	close(release)
-	waitFor(t, "all patches applied", func() bool { return r.outcome(t, OutcomeOK) == workers+2 })
+	waitFor(t, "all patches applied", func() bool { return r.outcome(t, outcome.OK) == workers+2 })
 	mu.Lock()
 	defer mu.Unlock()
 	if maxPerKey != 1 {
@@ -419,23 +398,45 @@ func TestDispatchWorkersKeepKeysExclusive(t *testing.T) {
 	}
 }
 
-func TestDispatchStopCancelsInFlightAndDropsQueued(t *testing.T) {
+// Stopping the dispatcher does not cancel the call in flight: it runs to the
+// API server's answer (a cancelled write may still be executed), then Run
+// returns; what is still queued is dropped.
+func TestDispatchStopLetsTheCallInFlightFinish(t *testing.T) {
 	r := newDrig(t)
 	r.lead(1)
+	release := make(chan struct{})
+	var cancelled atomic.Bool
 	r.pat.fn = func(ctx context.Context, _ tPayload) error {
-		<-ctx.Done()
-		return ctx.Err()
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			cancelled.Store(true)
+			return ctx.Err()
+		}
 	}
 	for i := range 4 {
 		r.send(t, fmt.Sprintf("ns/o%d", i), 1)
 	}
-	stop := r.start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan error, 1)
+	go func() { stopped <- r.d.Run(ctx) }()
 	waitFor(t, "a call in flight", func() bool { return r.pat.calls.Load() == 1 })
-	if err := stop(); err != nil {
+	cancel()
+	select {
+	case err := <-stopped:
+		t.Fatalf("Run returned (%v) with a call in flight", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	if err := <-stopped; err != nil {
 		t.Fatalf("Run = %v, want nil on cancel", err)
 	}
-	if v := r.outcome(t, OutcomeCanceled); v != 1 {
-		t.Errorf("outcome{canceled} = %d, want 1", v)
+	if cancelled.Load() {
+		t.Error("the call in flight was cancelled by the stop")
+	}
+	if v := r.outcome(t, outcome.OK); v != 1 {
+		t.Errorf("outcome{ok} = %d, want 1", v)
 	}
 	if v := r.dropped(t, DropShutdown); v != 3 {
 		t.Errorf("dropped{shutdown} = %d, want 3", v)
@@ -443,9 +444,187 @@ func TestDispatchStopCancelsInFlightAndDropsQueued(t *testing.T) {
 	if r.queue.Len() != 0 {
 		t.Errorf("queue holds %d patches after stop", r.queue.Len())
 	}
-	if err := r.d.Healthy(); !errors.Is(err, ErrNotRunning) {
-		t.Errorf("Healthy after stop = %v, want ErrNotRunning", err)
+	if err := r.d.Healthy(); !errors.Is(err, ErrStopped) {
+		t.Errorf("Healthy after stop = %v, want ErrStopped", err)
 	}
+}
+
+// A call in flight is cancelled as soon as the claim it runs under ends
+// involuntarily, not left to its deadline (an hour here).
+func TestDispatchCancelsCallsWhenTheClaimEnds(t *testing.T) {
+	for _, tc := range []struct {
+		label string
+		next  func(r *drig) leader.Claim
+	}{
+		{"new epoch of ours", func(r *drig) leader.Claim {
+			return leader.Claim{Holder: "me", Expiry: r.clock.Now().Add(time.Hour), Epoch: 8}
+		}},
+		{"another holder", func(r *drig) leader.Claim {
+			return leader.Claim{Holder: "other", Expiry: r.clock.Now().Add(time.Hour), Epoch: 8}
+		}},
+		{"ours, run out", func(r *drig) leader.Claim {
+			return leader.Claim{Holder: "me", Expiry: r.clock.Now(), Epoch: 7}
+		}},
+		{"nobody", func(*drig) leader.Claim { return leader.Claim{Epoch: 7} }},
+	} {
+		t.Run(tc.label, func(t *testing.T) {
+			r := newDrig(t, func(c *DispatcherConfig[tPayload]) { c.PatchTimeout = time.Hour })
+			r.lead(7)
+			ended := make(chan error, 1)
+			r.pat.fn = func(ctx context.Context, _ tPayload) error {
+				<-ctx.Done()
+				ended <- ctx.Err()
+				return ctx.Err()
+			}
+			r.send(t, "ns/a", 7)
+			r.start(t)
+			waitFor(t, "the call in flight", func() bool { return r.pat.calls.Load() == 1 })
+			r.obs.Set(tc.next(r))
+			select {
+			case err := <-ended:
+				if !errors.Is(err, context.Canceled) {
+					t.Errorf("call ended with %v, want canceled", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the call is still running after its claim ended")
+			}
+			waitFor(t, "the canceled outcome", func() bool { return r.outcome(t, outcome.Canceled) == 1 })
+			if r.d.Stats().Unanswered != 1 {
+				t.Errorf("Unanswered = %d, want 1", r.d.Stats().Unanswered)
+			}
+		})
+	}
+}
+
+// A renewal of the same claim (same epoch, later expiry) cancels nothing.
+func TestDispatchRenewalDoesNotCancel(t *testing.T) {
+	r := newDrig(t)
+	r.lead(3)
+	release := make(chan struct{})
+	r.pat.fn = func(ctx context.Context, _ tPayload) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	r.send(t, "ns/a", 3)
+	r.start(t)
+	waitFor(t, "the call in flight", func() bool { return r.pat.calls.Load() == 1 })
+	r.clock.Step(time.Minute)
+	r.lead(3) // renewed
+	waitFor(t, "the renewal observed", func() bool { return r.obs.pendingClaims() == 0 })
+	close(release)
+	waitFor(t, "the ok outcome", func() bool { return r.outcome(t, outcome.OK) == 1 })
+}
+
+// Quiesce — the claimer giving its claim up on purpose — stops new calls
+// (queued patches dropped as released), waits for the call in flight
+// without cancelling it, and reports whether every call was answered.
+func TestDispatchQuiesce(t *testing.T) {
+	gr := schema.GroupResource{Resource: "widgets"}
+	for _, tc := range []struct {
+		label    string
+		result   error // of the call in flight
+		ctxLimit time.Duration
+		want     bool
+	}{
+		{"answered: ok", nil, time.Hour, true},
+		{"answered: conflict", apierrors.NewConflict(gr, "a", errors.New("changed")), time.Hour, true},
+		{"no answer: server timeout", apierrors.NewTimeoutError("gave up", 1), time.Hour, false},
+		{"no answer: connection reset", errors.New("connection reset by peer"), time.Hour, false},
+		{"still in flight when the claim runs out", nil, 50 * time.Millisecond, false},
+	} {
+		t.Run(tc.label, func(t *testing.T) {
+			r := newDrig(t)
+			r.lead(4)
+			release := make(chan struct{})
+			var cancelled atomic.Bool
+			r.pat.fn = func(ctx context.Context, p tPayload) error {
+				if p.Key != "ns/first" {
+					return nil
+				}
+				select {
+				case <-release:
+					return tc.result
+				case <-ctx.Done():
+					cancelled.Store(true)
+					return ctx.Err()
+				}
+			}
+			r.send(t, "ns/first", 4)
+			r.send(t, "ns/second", 4)
+			r.start(t)
+			waitFor(t, "the call in flight", func() bool { return r.pat.calls.Load() == 1 })
+			ctx, cancel := context.WithTimeout(context.Background(), tc.ctxLimit)
+			defer cancel()
+			got := make(chan bool, 1)
+			go func() { got <- r.d.Quiesce(ctx, 4) }()
+			if tc.ctxLimit < time.Second {
+				if <-got != tc.want {
+					t.Fatalf("Quiesce = %v, want %v", !tc.want, tc.want)
+				}
+				close(release)
+				return
+			}
+			select {
+			case v := <-got:
+				t.Fatalf("Quiesce returned %v with a call in flight", v)
+			case <-time.After(20 * time.Millisecond):
+			}
+			close(release)
+			if v := <-got; v != tc.want {
+				t.Errorf("Quiesce = %v, want %v", v, tc.want)
+			}
+			if cancelled.Load() {
+				t.Error("the call in flight was cancelled by Quiesce")
+			}
+			waitFor(t, "the queued patch dropped as released", func() bool { return r.dropped(t, DropReleased) == 1 })
+			if n := r.pat.calls.Load(); n != 1 {
+				t.Errorf("%d calls, want 1: none may start after Quiesce", n)
+			}
+			// A later epoch dispatches again.
+			r.lead(5)
+			r.send(t, "ns/third", 5)
+			waitFor(t, "the next epoch's patch applied", func() bool { return r.pat.calls.Load() == 2 })
+		})
+	}
+}
+
+// No call starts with less than ClaimMargin of the claim left.
+func TestDispatchClaimMargin(t *testing.T) {
+	for _, tc := range []struct {
+		label  string
+		margin time.Duration
+		left   time.Duration
+		drop   bool
+	}{
+		{"default margin, 100ms left", 0, 100 * time.Millisecond, true},
+		{"default margin, 2s left", 0, 2 * time.Second, false},
+		{"margin 3s, 2s left", 3 * time.Second, 2 * time.Second, true},
+	} {
+		t.Run(tc.label, func(t *testing.T) {
+			r := newDrig(t, func(c *DispatcherConfig[tPayload]) { c.ClaimMargin = tc.margin })
+			r.obs.Set(leader.Claim{Holder: "me", Expiry: r.clock.Now().Add(tc.left), Epoch: 1})
+			r.send(t, "ns/a", 1)
+			r.start(t)
+			waitFor(t, "the patch handled", func() bool {
+				return r.dropped(t, DropClaimEnding)+r.outcome(t, outcome.OK) == 1
+			})
+			if got := r.dropped(t, DropClaimEnding) == 1; got != tc.drop {
+				t.Errorf("dropped for claim_ending: %v, want %v", got, tc.drop)
+			}
+		})
+	}
+}
+
+func keylessQueue(t *testing.T) *PatchQueue[Patch[tPayload]] {
+	q, err := NewPatchQueue(QueueConfig[Patch[tPayload]]{Capacity: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
 }
 
 func TestDispatchDrainsClosedQueue(t *testing.T) {
@@ -461,16 +640,16 @@ func TestDispatchDrainsClosedQueue(t *testing.T) {
 	if n := len(r.pat.appliedKeys()); n != 3 {
 		t.Errorf("applied %d patches, want 3", n)
 	}
-	if err := r.d.Run(context.Background()); !errors.Is(err, ErrAlreadyRunning) {
-		t.Errorf("second Run = %v, want ErrAlreadyRunning", err)
+	if err := r.d.Run(context.Background()); !errors.Is(err, ErrAlreadyStarted) {
+		t.Errorf("second Run = %v, want ErrAlreadyStarted", err)
 	}
 }
 
 func TestDispatcherHealthy(t *testing.T) {
 	r := newDrig(t, func(c *DispatcherConfig[tPayload]) { c.PatchTimeout = time.Second })
 	r.lead(1)
-	if err := r.d.Healthy(); !errors.Is(err, ErrNotRunning) {
-		t.Errorf("Healthy before Run = %v, want ErrNotRunning", err)
+	if err := r.d.Healthy(); !errors.Is(err, ErrNotStarted) {
+		t.Errorf("Healthy before Run = %v, want ErrNotStarted", err)
 	}
 	release := make(chan struct{})
 	r.pat.fn = func(context.Context, tPayload) error {
@@ -490,8 +669,8 @@ func TestDispatcherHealthy(t *testing.T) {
 	close(release)
 	waitFor(t, "the call to end", func() bool { return r.d.Healthy() == nil })
 	_ = stop()
-	if err := r.d.Healthy(); !errors.Is(err, ErrNotRunning) {
-		t.Errorf("Healthy after Run = %v, want ErrNotRunning", err)
+	if err := r.d.Healthy(); !errors.Is(err, ErrStopped) {
+		t.Errorf("Healthy after Run = %v, want ErrStopped", err)
 	}
 }
 
@@ -512,8 +691,10 @@ func TestNewDispatcherValidation(t *testing.T) {
 		{"no queue", func(c *DispatcherConfig[tPayload]) { c.Queue = nil }, "DispatcherConfig.Queue"},
 		{"no patcher", func(c *DispatcherConfig[tPayload]) { c.Patcher = nil }, "DispatcherConfig.Patcher"},
 		{"no leader", func(c *DispatcherConfig[tPayload]) { c.Leader = nil }, "DispatcherConfig.Leader"},
-		{"empty identity", func(c *DispatcherConfig[tPayload]) { c.Leader = newFakeObserver("") }, "DispatcherConfig.Leader.Identity"},
+		{"empty identity", func(c *DispatcherConfig[tPayload]) { c.Leader = newFakeObserver("") }, "DispatcherConfig.Leader must have a non-empty Identity()"},
+		{"queue without key", func(c *DispatcherConfig[tPayload]) { c.Queue = keylessQueue(t) }, "DispatcherConfig.Queue must be built with QueueConfig.Key"},
 		{"negative timeout", func(c *DispatcherConfig[tPayload]) { c.PatchTimeout = -1 }, "DispatcherConfig.PatchTimeout"},
+		{"negative margin", func(c *DispatcherConfig[tPayload]) { c.ClaimMargin = -1 }, "DispatcherConfig.ClaimMargin"},
 		{"negative workers", func(c *DispatcherConfig[tPayload]) { c.Workers = -2 }, "DispatcherConfig.Workers"},
 		{"too many workers", func(c *DispatcherConfig[tPayload]) { c.Workers = 1 << 30 }, "DispatcherConfig.Workers"},
 	}
@@ -529,6 +710,11 @@ func TestNewDispatcherValidation(t *testing.T) {
 				t.Errorf("defaults: timeout %s workers %d, want 5s and 1", d.timeout, d.workers)
 			case c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)):
 				t.Errorf("err = %v, want one naming %s", err, c.wantErr)
+			case c.wantErr != "":
+				var ce *ConfigError
+				if !errors.As(err, &ce) || !strings.HasPrefix(c.wantErr, "DispatcherConfig."+ce.Field) {
+					t.Errorf("err = %v: ConfigError %+v does not name the field of %q", err, ce, c.wantErr)
+				}
 			}
 		})
 	}

@@ -18,6 +18,8 @@ import (
 
 	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch"
+	"github.com/quietpatch/quietpatch/statuspatch/conditions"
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 // exampleWidget is an in-memory object: a generation and a Ready condition.
@@ -91,7 +93,7 @@ func ExampleReconciler() {
 			}
 			return []metav1.Condition{c}, nil
 		},
-		EqualFunc: statuspatch.ConditionsEqual, // typed: ignores transition time and order
+		EqualFunc: conditions.Equal, // typed: ignores transition time and order
 		PatchFunc: func(w *exampleWidget, desired []metav1.Condition) (statuspatch.MergePatch, error) {
 			status, err := json.Marshal(widgetStatus{Conditions: desired})
 			return statuspatch.MergePatch{Namespace: w.Namespace, Name: w.Name,
@@ -160,31 +162,6 @@ func ExampleSuggestCapacity() {
 	// 2650
 }
 
-// A typed comparison of conditions ignores what changes on its own
-// (LastTransitionTime) and list order, without allocating. CmpEqual gives
-// the same answers through go-cmp at several hundred times the cost.
-func ExampleConditionsEqual() {
-	t1 := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	t2 := metav1.NewTime(t1.Add(time.Hour))
-	current := []metav1.Condition{
-		{Type: "Accepted", Status: metav1.ConditionTrue, Reason: "Accepted", LastTransitionTime: t1},
-		{Type: "ResolvedRefs", Status: metav1.ConditionTrue, Reason: "ResolvedRefs", LastTransitionTime: t1},
-	}
-	desired := []metav1.Condition{
-		{Type: "ResolvedRefs", Status: metav1.ConditionTrue, Reason: "ResolvedRefs", LastTransitionTime: t2},
-		{Type: "Accepted", Status: metav1.ConditionTrue, Reason: "Accepted", LastTransitionTime: t2},
-	}
-	gocmp := statuspatch.CmpEqual[[]metav1.Condition](statuspatch.IgnoreConditionTransitionTime(), statuspatch.SortConditions())
-	fmt.Println(statuspatch.ConditionsEqual(current, desired), gocmp(current, desired))
-
-	desired[0].Status = metav1.ConditionFalse
-	desired[0].Reason = "BackendNotFound"
-	fmt.Println(statuspatch.ConditionsEqual(current, desired), gocmp(current, desired))
-	// Output:
-	// true true
-	// false false
-}
-
 // The ready patcher sends a JSON merge patch of the status subresource with
 // a resourceVersion precondition and a field manager. Here it talks to
 // client-go's fake dynamic client.
@@ -205,7 +182,7 @@ func ExampleDynamicStatusPatcher() {
 	err = patcher.Patch(context.Background(), statuspatch.MergePatch{
 		Namespace: "demo", Name: "a", ResourceVersion: "7", Status: json.RawMessage(`{"phase":"Ready"}`),
 	})
-	fmt.Println("patch:", statuspatch.Classify(err))
+	fmt.Println("patch:", outcome.Of(err))
 	for _, a := range client.Actions() {
 		fmt.Println(a.GetVerb(), a.GetResource().Resource, a.GetSubresource())
 	}

@@ -1,54 +1,41 @@
 package statuspatch
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
-// Instrument names of the reconciler and the dispatcher. They are stable:
-// dashboards and alerts may rely on them. The package documentation lists
-// them with their units and attributes.
+// Instrument names of the reconciler and the dispatcher; the package
+// documentation has the table.
 const (
-	// ReconcileDurationMetric is the histogram of reconcile pass durations
-	// in seconds, by pass result (ResultAttr).
-	ReconcileDurationMetric = "statuspatch.reconcile.duration"
-	// ReconcileObjectsMetric counts objects visited by reconcile passes and
-	// on-demand reconciles, by result: unchanged, changed or error.
-	ReconcileObjectsMetric = "statuspatch.reconcile.objects"
-	// ReconcileHaltedMetric counts reconcile passes, and batches of
-	// Enqueue'd keys, halted because the queue was at capacity.
-	ReconcileHaltedMetric = "statuspatch.reconcile.halted"
-	// DispatchDurationMetric is the histogram of patch call durations in
-	// seconds, by outcome (see [Outcome]).
-	DispatchDurationMetric = "statuspatch.dispatch.duration"
-	// DispatchPatchesMetric counts patch calls by outcome.
-	DispatchPatchesMetric = "statuspatch.dispatch.patches"
-	// DispatchDroppedMetric counts patches the dispatcher dequeued and did
-	// not apply, by reason (see [DropReason]).
-	DispatchDroppedMetric = "statuspatch.dispatch.dropped"
-	// DispatchInFlightMetric is the number of patch calls in progress.
-	DispatchInFlightMetric = "statuspatch.dispatch.in_flight"
+	reconcilePassesMetric   = "quietpatch.reconcile.passes"
+	reconcileDurationMetric = "quietpatch.reconcile.duration"
+	reconcileObjectsMetric  = "quietpatch.reconcile.objects"
+	reconcileHaltedMetric   = "quietpatch.reconcile.halted"
+	dispatchPatchesMetric   = "quietpatch.dispatch.patches"
+	dispatchDurationMetric  = "quietpatch.dispatch.duration"
+	dispatchDroppedMetric   = "quietpatch.dispatch.dropped"
+	dispatchInFlightMetric  = "quietpatch.dispatch.in_flight"
+	dispatchLatencyMetric   = "quietpatch.dispatch.latency.peak_ewma"
 )
 
-// Attribute keys on the instruments above, and where their values come
-// from.
-const (
-	// ReconcilerAttrKey carries ReconcilerConfig.Name.
-	ReconcilerAttrKey = "reconciler"
-	// DispatcherAttrKey carries DispatcherConfig.Name.
-	DispatcherAttrKey = "dispatcher"
-	// ResultAttrKey carries a pass result (completed, halted, not_leader,
-	// error, canceled, closed) or an object result (unchanged, changed,
-	// error).
-	ResultAttrKey = "result"
-	// OutcomeAttrKey carries a patch call's [Outcome].
-	OutcomeAttrKey = "outcome"
-	// DropReasonAttrKey carries a [DropReason].
-	DropReasonAttrKey = "reason"
-)
+// numOutcomes is len(outcome.All()); an init check keeps it honest.
+const numOutcomes = 10
+
+func init() {
+	if len(outcome.All()) != numOutcomes {
+		panic("statuspatch: numOutcomes is out of date")
+	}
+}
 
 // Histogram bucket boundaries in seconds. Patch calls take milliseconds on
 // a healthy API server and up to PatchTimeout on a sick one; passes take
@@ -61,15 +48,17 @@ func passBuckets() []float64 {
 	return []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 }
 
-// meterOrNoop returns m, or a no-op meter when m is nil.
-func meterOrNoop(m metric.Meter) metric.Meter {
+// isNoop reports whether m creates no instruments at all.
+func isNoop(m metric.Meter) bool {
 	if m == nil {
-		return noop.NewMeterProvider().Meter("github.com/quietpatch/quietpatch/statuspatch")
+		return true
 	}
-	return m
+	_, ok := m.(noop.Meter)
+	return ok
 }
 
-// Pass results, the values of ResultAttrKey on ReconcileDurationMetric.
+// PassResult values: the result of a reconcile pass, the values of the
+// result attribute of quietpatch.reconcile.passes and .duration.
 const (
 	passCompleted = "completed"  // every object visited
 	passHalted    = "halted"     // queue at capacity
@@ -79,108 +68,186 @@ const (
 	passClosed    = "closed"     // queue closed
 )
 
-// Object results, the values of ResultAttrKey on ReconcileObjectsMetric.
-const (
-	objUnchanged = "unchanged"
-	objChanged   = "changed"
-	objError     = "error"
-)
-
-// reconcileInstruments holds the reconciler's instruments and the measurement
-// options for every attribute combination, built once so that recording
-// allocates nothing.
-type reconcileInstruments struct {
-	duration metric.Float64Histogram
-	objects  metric.Int64Counter
-	halted   metric.Int64Counter
-
-	passOpts map[string][]metric.RecordOption // by pass result
-	objOpts  [3][]metric.AddOption            // unchanged, changed, error
-	nameOpts []metric.AddOption
+func passResults() []string {
+	return []string{passCompleted, passHalted, passNotLeader, passError, passCanceled, passClosed}
 }
 
-func newReconcileInstruments(m metric.Meter, name string) (*reconcileInstruments, error) {
-	m = meterOrNoop(m)
+const numPassResults = 6
+
+func passIndex(r string) int {
+	for i, x := range passResults() {
+		if x == r {
+			return i
+		}
+	}
+	return 0
+}
+
+// Object results, the values of the result attribute of
+// quietpatch.reconcile.objects.
+const (
+	objUnchanged = "unchanged" // desired equals current: nothing done
+	objChanged   = "changed"   // a patch was queued
+	objQueued    = "queued"    // changed, but the same patch already waits
+	objError     = "error"     // the status could not be computed
+)
+
+func objResults() []string { return []string{objUnchanged, objChanged, objQueued, objError} }
+
+const numObjResults = 4
+
+// reconcileCounters are a reconciler's counters, kept in atomics whether or
+// not a meter is set: Stats reads them, and observable instruments report
+// them.
+type reconcileCounters struct {
+	passes  [numPassResults]atomic.Int64
+	objects [numObjResults]atomic.Int64
+	halted  atomic.Int64
+}
+
+// reconcileInstruments reports a reconciler's counters and records pass
+// durations. A nil *reconcileInstruments records nothing.
+type reconcileInstruments struct {
+	duration metric.Float64Histogram
+	passOpts [numPassResults][]metric.RecordOption
+	reg      metric.Registration
+}
+
+func newReconcileInstruments(m metric.Meter, name string, c *reconcileCounters) (*reconcileInstruments, error) {
+	if isNoop(m) {
+		return nil, nil
+	}
+	nameKV := attribute.String(pipelineAttr, name)
 	var ri reconcileInstruments
 	var err, e error
-	ri.duration, e = m.Float64Histogram(ReconcileDurationMetric,
+	ri.duration, e = m.Float64Histogram(reconcileDurationMetric,
 		metric.WithUnit("s"),
 		metric.WithDescription("Duration of reconcile passes, by result."),
 		metric.WithExplicitBucketBoundaries(passBuckets()...))
 	err = errors.Join(err, e)
-	ri.objects, e = m.Int64Counter(ReconcileObjectsMetric,
-		metric.WithUnit("{object}"),
-		metric.WithDescription("Objects reconciled, by result: unchanged, changed (a patch was queued) or error."))
+	passes, e := m.Int64ObservableCounter(reconcilePassesMetric,
+		metric.WithUnit("{pass}"),
+		metric.WithDescription("Reconcile passes, by result: completed, halted (queue at capacity), not_leader, error (listing failed), canceled, closed (queue closed)."))
 	err = errors.Join(err, e)
-	ri.halted, e = m.Int64Counter(ReconcileHaltedMetric,
+	objects, e := m.Int64ObservableCounter(reconcileObjectsMetric,
+		metric.WithUnit("{object}"),
+		metric.WithDescription("Objects reconciled, by result: unchanged, changed (a patch was queued), queued (the same patch already waited) or error."))
+	err = errors.Join(err, e)
+	halted, e := m.Int64ObservableCounter(reconcileHaltedMetric,
 		metric.WithUnit("{pass}"),
 		metric.WithDescription("Reconcile passes (and batches of enqueued keys) halted because the patch queue was at capacity."))
 	err = errors.Join(err, e)
 	if err != nil {
 		return nil, err
 	}
-	nameKV := attribute.String(ReconcilerAttrKey, name)
-	ri.passOpts = make(map[string][]metric.RecordOption)
-	for _, r := range []string{passCompleted, passHalted, passNotLeader, passError, passCanceled, passClosed} {
-		ri.passOpts[r] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(nameKV, attribute.String(ResultAttrKey, r)))}
+	var passObs [numPassResults][]metric.ObserveOption
+	for i, r := range passResults() {
+		set := attribute.NewSet(nameKV, attribute.String(resultAttr, r))
+		ri.passOpts[i] = []metric.RecordOption{metric.WithAttributeSet(set)}
+		passObs[i] = []metric.ObserveOption{metric.WithAttributeSet(set)}
 	}
-	for i, r := range []string{objUnchanged, objChanged, objError} {
-		ri.objOpts[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(nameKV, attribute.String(ResultAttrKey, r)))}
+	var objObs [numObjResults][]metric.ObserveOption
+	for i, r := range objResults() {
+		objObs[i] = []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(nameKV, attribute.String(resultAttr, r)))}
 	}
-	ri.nameOpts = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(nameKV))}
+	nameObs := []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(nameKV))}
+	ri.reg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		for i := range passObs {
+			o.ObserveInt64(passes, c.passes[i].Load(), passObs[i]...)
+		}
+		for i := range objObs {
+			o.ObserveInt64(objects, c.objects[i].Load(), objObs[i]...)
+		}
+		o.ObserveInt64(halted, c.halted.Load(), nameObs...)
+		return nil
+	}, passes, objects, halted)
+	if err != nil {
+		return nil, fmt.Errorf("registering the reconciler's instruments: %w", err)
+	}
 	return &ri, nil
 }
 
-// dispatchInstruments holds the dispatcher's instruments and precomputed
-// measurement options.
-type dispatchInstruments struct {
-	duration metric.Float64Histogram
-	patches  metric.Int64Counter
-	dropped  metric.Int64Counter
-	inFlight metric.Int64UpDownCounter
-
-	durOpts   map[Outcome][]metric.RecordOption
-	countOpts map[Outcome][]metric.AddOption
-	dropOpts  map[DropReason][]metric.AddOption
-	nameOpts  []metric.AddOption
+func (ri *reconcileInstruments) recordPass(ctx context.Context, result int, d time.Duration) {
+	if ri != nil {
+		ri.duration.Record(ctx, d.Seconds(), ri.passOpts[result]...)
+	}
 }
 
-func newDispatchInstruments(m metric.Meter, name string) (*dispatchInstruments, error) {
-	m = meterOrNoop(m)
+// dispatchInstruments reports a dispatcher's counters and records patch
+// call durations. A nil *dispatchInstruments records nothing.
+type dispatchInstruments struct {
+	duration metric.Float64Histogram
+	durOpts  [numOutcomes][]metric.RecordOption
+	reg      metric.Registration
+}
+
+// dispatchSource is what the dispatcher's observable instruments read.
+type dispatchSource interface {
+	Stats() DispatcherStats
+}
+
+func newDispatchInstruments(m metric.Meter, name string, src dispatchSource) (*dispatchInstruments, error) {
+	if isNoop(m) {
+		return nil, nil
+	}
+	nameKV := attribute.String(pipelineAttr, name)
 	var di dispatchInstruments
 	var err, e error
-	di.duration, e = m.Float64Histogram(DispatchDurationMetric,
+	di.duration, e = m.Float64Histogram(dispatchDurationMetric,
 		metric.WithUnit("s"),
 		metric.WithDescription("Duration of status patch calls, by outcome."),
 		metric.WithExplicitBucketBoundaries(patchBuckets()...))
 	err = errors.Join(err, e)
-	di.patches, e = m.Int64Counter(DispatchPatchesMetric,
+	patches, e := m.Int64ObservableCounter(dispatchPatchesMetric,
 		metric.WithUnit("{patch}"),
 		metric.WithDescription("Status patch calls, by outcome."))
 	err = errors.Join(err, e)
-	di.dropped, e = m.Int64Counter(DispatchDroppedMetric,
+	dropped, e := m.Int64ObservableCounter(dispatchDroppedMetric,
 		metric.WithUnit("{patch}"),
 		metric.WithDescription("Patches dequeued and not applied, by reason."))
 	err = errors.Join(err, e)
-	di.inFlight, e = m.Int64UpDownCounter(DispatchInFlightMetric,
+	inFlight, e := m.Int64ObservableGauge(dispatchInFlightMetric,
 		metric.WithUnit("{patch}"),
 		metric.WithDescription("Status patch calls in progress."))
+	err = errors.Join(err, e)
+	latency, e := m.Float64ObservableGauge(dispatchLatencyMetric,
+		metric.WithUnit("s"),
+		metric.WithDescription("Peak-EWMA of the status patch call latency."))
 	err = errors.Join(err, e)
 	if err != nil {
 		return nil, err
 	}
-	nameKV := attribute.String(DispatcherAttrKey, name)
-	di.durOpts = make(map[Outcome][]metric.RecordOption)
-	di.countOpts = make(map[Outcome][]metric.AddOption)
-	for _, o := range outcomes() {
-		set := attribute.NewSet(nameKV, attribute.String(OutcomeAttrKey, string(o)))
-		di.durOpts[o] = []metric.RecordOption{metric.WithAttributeSet(set)}
-		di.countOpts[o] = []metric.AddOption{metric.WithAttributeSet(set)}
+	var patchObs [numOutcomes][]metric.ObserveOption
+	for i, o := range outcome.All() {
+		set := attribute.NewSet(nameKV, attribute.String(outcomeAttr, string(o)))
+		di.durOpts[i] = []metric.RecordOption{metric.WithAttributeSet(set)}
+		patchObs[i] = []metric.ObserveOption{metric.WithAttributeSet(set)}
 	}
-	di.dropOpts = make(map[DropReason][]metric.AddOption)
-	for _, r := range dropReasons() {
-		di.dropOpts[r] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(nameKV, attribute.String(DropReasonAttrKey, string(r))))}
+	var dropObs [numDropReasons][]metric.ObserveOption
+	for i, r := range DropReasons() {
+		dropObs[i] = []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(nameKV, attribute.String(reasonAttr, string(r))))}
 	}
-	di.nameOpts = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(nameKV))}
+	nameObs := []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(nameKV))}
+	di.reg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		st := src.Stats()
+		for i, oc := range outcome.All() {
+			o.ObserveInt64(patches, st.Patches[oc], patchObs[i]...)
+		}
+		for i, r := range DropReasons() {
+			o.ObserveInt64(dropped, st.Dropped[r], dropObs[i]...)
+		}
+		o.ObserveInt64(inFlight, int64(st.InFlight), nameObs...)
+		o.ObserveFloat64(latency, st.Latency.Seconds(), nameObs...)
+		return nil
+	}, patches, dropped, inFlight, latency)
+	if err != nil {
+		return nil, fmt.Errorf("registering the dispatcher's instruments: %w", err)
+	}
 	return &di, nil
+}
+
+func (di *dispatchInstruments) recordCall(ctx context.Context, o outcome.Outcome, d time.Duration) {
+	if di != nil {
+		di.duration.Record(ctx, d.Seconds(), di.durOpts[outcomeIndex[o]]...)
+	}
 }

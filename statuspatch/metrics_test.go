@@ -5,30 +5,15 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
-func TestReconcileDispatchInstrumentNames(t *testing.T) {
-	// The names are a stable contract: pin them.
-	got := []string{
-		ReconcileDurationMetric, ReconcileObjectsMetric, ReconcileHaltedMetric,
-		DispatchDurationMetric, DispatchPatchesMetric, DispatchDroppedMetric, DispatchInFlightMetric,
-		ReconcilerAttrKey, DispatcherAttrKey, ResultAttrKey, OutcomeAttrKey, DropReasonAttrKey,
-	}
-	want := []string{
-		"statuspatch.reconcile.duration", "statuspatch.reconcile.objects", "statuspatch.reconcile.halted",
-		"statuspatch.dispatch.duration", "statuspatch.dispatch.patches", "statuspatch.dispatch.dropped", "statuspatch.dispatch.in_flight",
-		"reconciler", "dispatcher", "result", "outcome", "reason",
-	}
-	if d := cmp.Diff(want, got); d != "" {
-		t.Errorf("names (-want +got):\n%s", d)
-	}
-}
-
-// TestReconcileDispatchInstruments checks kind, unit and attributes of every
-// instrument after a halted pass and a few dispatches.
-func TestReconcileDispatchInstruments(t *testing.T) {
+// TestInstruments pins every instrument of the package — name, kind, unit
+// and attribute keys — after a halted pass and a few dispatches: the table
+// in the package documentation, dashboards and alerts depend on them.
+func TestInstruments(t *testing.T) {
 	r := newRig(t, 3, changedObjs(names(3)...))
 	r.lead(1)
 	if err := r.queue.TrySend(Patch[tPayload]{Key: "ns/stale", Epoch: 0}); err != nil {
@@ -36,37 +21,62 @@ func TestReconcileDispatchInstruments(t *testing.T) {
 	}
 	_, _ = r.rec.ReconcileAll(context.Background()) // 2 changed, then halted
 
-	d := &drig{obs: r.obs, queue: r.queue, pat: &recordingPatcher{}, meter: r.meter}
-	var err error
-	d.d, err = NewDispatcher(DispatcherConfig[tPayload]{Queue: r.queue, Patcher: d.pat, Leader: r.obs, Meter: r.meter.provider.Meter("test"), Name: "test", Clock: r.clock})
+	// The rig's queue has no meter: build a metered one for the dispatcher.
+	q, err := NewPatchQueue(QueueConfig[Patch[tPayload]]{Capacity: 10, Key: PatchKey[tPayload], Meter: r.meter.provider.Meter("test"), Name: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		it, ok, _ := r.queue.TryReceive()
+		if !ok {
+			break
+		}
+		if err := q.TrySend(it.Value); err != nil {
+			t.Fatal(err)
+		}
+		r.queue.Done(it)
+	}
+	d := &drig{obs: r.obs, queue: q, pat: &recordingPatcher{}, meter: r.meter}
+	d.d, err = NewDispatcher(DispatcherConfig[tPayload]{Queue: q, Patcher: d.pat, Leader: r.obs, Meter: r.meter.provider.Meter("test"), Name: "test", Clock: r.clock})
 	if err != nil {
 		t.Fatal(err)
 	}
 	d.start(t)
 	waitFor(t, "dispatches", func() bool {
-		return d.outcome(t, OutcomeOK) == 2 && d.dropped(t, DropStaleEpoch) == 1
+		return d.outcome(t, outcome.OK) == 2 && d.dropped(t, DropStaleEpoch) == 1
 	})
 
 	type desc struct {
-		unit  string
 		kind  string
+		unit  string
 		attrs []string
 	}
 	want := map[string]desc{
-		ReconcileDurationMetric: {"s", "histogram", []string{ReconcilerAttrKey, ResultAttrKey}},
-		ReconcileObjectsMetric:  {"{object}", "counter", []string{ReconcilerAttrKey, ResultAttrKey}},
-		ReconcileHaltedMetric:   {"{pass}", "counter", []string{ReconcilerAttrKey}},
-		DispatchDurationMetric:  {"s", "histogram", []string{DispatcherAttrKey, OutcomeAttrKey}},
-		DispatchPatchesMetric:   {"{patch}", "counter", []string{DispatcherAttrKey, OutcomeAttrKey}},
-		DispatchDroppedMetric:   {"{patch}", "counter", []string{DispatcherAttrKey, DropReasonAttrKey}},
-		DispatchInFlightMetric:  {"{patch}", "updowncounter", []string{DispatcherAttrKey}},
+		"quietpatch.queue.enqueued":             {"counter", "{patch}", []string{"pipeline"}},
+		"quietpatch.queue.dequeued":             {"counter", "{patch}", []string{"pipeline"}},
+		"quietpatch.queue.superseded":           {"counter", "{patch}", []string{"pipeline"}},
+		"quietpatch.queue.dropped":              {"counter", "{patch}", []string{"pipeline", "reason"}},
+		"quietpatch.queue.depth":                {"gauge", "{patch}", []string{"pipeline"}},
+		"quietpatch.queue.depth.peak_ewma":      {"gauge", "{patch}", []string{"pipeline"}},
+		"quietpatch.queue.capacity":             {"gauge", "{patch}", []string{"pipeline"}},
+		"quietpatch.queue.wait":                 {"histogram", "s", []string{"pipeline"}},
+		"quietpatch.reconcile.passes":           {"counter", "{pass}", []string{"pipeline", "result"}},
+		"quietpatch.reconcile.duration":         {"histogram", "s", []string{"pipeline", "result"}},
+		"quietpatch.reconcile.objects":          {"counter", "{object}", []string{"pipeline", "result"}},
+		"quietpatch.reconcile.halted":           {"counter", "{pass}", []string{"pipeline"}},
+		"quietpatch.dispatch.patches":           {"counter", "{patch}", []string{"outcome", "pipeline"}},
+		"quietpatch.dispatch.duration":          {"histogram", "s", []string{"outcome", "pipeline"}},
+		"quietpatch.dispatch.dropped":           {"counter", "{patch}", []string{"pipeline", "reason"}},
+		"quietpatch.dispatch.in_flight":         {"gauge", "{patch}", []string{"pipeline"}},
+		"quietpatch.dispatch.latency.peak_ewma": {"gauge", "s", []string{"pipeline"}},
 	}
 	seen := map[string]bool{}
 	for _, sm := range r.meter.collect(t).ScopeMetrics {
 		for _, m := range sm.Metrics {
 			w, ok := want[m.Name]
 			if !ok {
-				continue // the queue's own
+				t.Errorf("instrument %s is not in the table", m.Name)
+				continue
 			}
 			seen[m.Name] = true
 			var kind string
@@ -82,6 +92,16 @@ func TestReconcileDispatchInstruments(t *testing.T) {
 				if !data.IsMonotonic {
 					kind = "updowncounter"
 				}
+				for _, p := range data.DataPoints {
+					attrSets = append(attrSets, attrKeys(p.Attributes.ToSlice()))
+				}
+			case metricdata.Gauge[int64]:
+				kind = "gauge"
+				for _, p := range data.DataPoints {
+					attrSets = append(attrSets, attrKeys(p.Attributes.ToSlice()))
+				}
+			case metricdata.Gauge[float64]:
+				kind = "gauge"
 				for _, p := range data.DataPoints {
 					attrSets = append(attrSets, attrKeys(p.Attributes.ToSlice()))
 				}

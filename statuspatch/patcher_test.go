@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 // capturedRequest is what the fake API server saw.
@@ -151,13 +153,14 @@ func TestDynamicStatusPatcherErrorsClassify(t *testing.T) {
 	cases := []struct {
 		code int
 		body string
-		want Outcome
+		want outcome.Outcome
 	}{
-		{http.StatusConflict, status(409, "Conflict"), OutcomeConflict},
-		{http.StatusNotFound, status(404, "NotFound"), OutcomeNotFound},
-		{http.StatusForbidden, status(403, "Forbidden"), OutcomeForbidden},
-		{http.StatusTooManyRequests, status(429, "TooManyRequests"), OutcomeThrottled},
-		{http.StatusUnprocessableEntity, status(422, "Invalid"), OutcomeOther},
+		{http.StatusConflict, status(409, "Conflict"), outcome.Conflict},
+		{http.StatusNotFound, status(404, "NotFound"), outcome.NotFound},
+		{http.StatusForbidden, status(403, "Forbidden"), outcome.Forbidden},
+		{http.StatusTooManyRequests, status(429, "TooManyRequests"), outcome.Throttled},
+		{http.StatusUnprocessableEntity, status(422, "Invalid"), outcome.Invalid},
+		{http.StatusInternalServerError, status(500, "InternalError"), outcome.Error},
 	}
 	for _, c := range cases {
 		t.Run(string(c.want), func(t *testing.T) {
@@ -168,8 +171,8 @@ func TestDynamicStatusPatcherErrorsClassify(t *testing.T) {
 				t.Fatal(err)
 			}
 			err = p.Patch(context.Background(), MergePatch{Namespace: "ns", Name: "r1", ResourceVersion: "1", Status: json.RawMessage(`{}`)})
-			if got := Classify(err); got != c.want {
-				t.Errorf("Classify(%v) = %s, want %s", err, got, c.want)
+			if got := outcome.Of(err); got != c.want {
+				t.Errorf("outcome.Of(%v) = %s, want %s", err, got, c.want)
 			}
 			if n := len(api.requests()); n != 1 {
 				t.Errorf("%d requests, want 1 (no retry)", n)

@@ -3,7 +3,6 @@ package statuspatch
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"sync"
 	"time"
@@ -290,12 +289,23 @@ type queueFlight struct {
 	idle     bool   // on the idle list
 	nextFree int32  // free list link; idle list: next
 	idlePrev int32
+	// replacers counts outstanding permits from ReserveKey that hold no
+	// slot of their own: they were granted because an item of this key
+	// was waiting. While replacers > 0 the record is neither idle nor
+	// freed.
+	replacers int32
+	// spare: the record holds one reserved slot (counted in
+	// PatchQueue.reserved) for its replacers, taken over from the waiting
+	// item when that item left the queue while replacers > 0, so that
+	// their Send still finds room.
+	spare bool
 }
 
 type queuePermitSlot struct {
 	gen      uint32
 	active   bool
 	nextFree int32
+	flight   int32 // a replacer: the key's flight record; -1: holds a slot of its own
 }
 
 // NewPatchQueue returns an empty queue configured by cfg, or an error that
@@ -303,13 +313,13 @@ type queuePermitSlot struct {
 func NewPatchQueue[T any](cfg QueueConfig[T]) (*PatchQueue[T], error) {
 	switch {
 	case cfg.Capacity <= 0:
-		return nil, fmt.Errorf("statuspatch: QueueConfig.Capacity must be > 0, got %d", cfg.Capacity)
+		return nil, configErr("QueueConfig", "Capacity", "must be > 0, got %d", cfg.Capacity)
 	case cfg.Capacity > maxQueueCapacity:
-		return nil, fmt.Errorf("statuspatch: QueueConfig.Capacity must be <= %d, got %d", maxQueueCapacity, cfg.Capacity)
+		return nil, configErr("QueueConfig", "Capacity", "must be <= %d, got %d", maxQueueCapacity, cfg.Capacity)
 	case cfg.MaxAge < 0:
-		return nil, fmt.Errorf("statuspatch: QueueConfig.MaxAge must be >= 0, got %v", cfg.MaxAge)
+		return nil, configErr("QueueConfig", "MaxAge", "must be >= 0, got %v", cfg.MaxAge)
 	case cfg.DepthTau < 0:
-		return nil, fmt.Errorf("statuspatch: QueueConfig.DepthTau must be >= 0, got %v", cfg.DepthTau)
+		return nil, configErr("QueueConfig", "DepthTau", "must be >= 0, got %v", cfg.DepthTau)
 	}
 	q := &PatchQueue[T]{
 		capacity:   cfg.Capacity,
@@ -339,9 +349,9 @@ func NewPatchQueue[T any](cfg QueueConfig[T]) (*PatchQueue[T], error) {
 	if q.key != nil {
 		q.byKey = make(map[string]int32, min(cfg.Capacity, 1024))
 	}
-	mcfg := queueMetricsConfig{meter: cfg.Meter, name: cfg.Name, tau: cfg.DepthTau, capacity: cfg.Capacity}
-	if err := q.m.init(&mcfg, q.clk); err != nil {
-		return nil, err
+	mcfg := queueMetricsConfig{meter: cfg.Meter, name: cfg.Name, tau: cfg.DepthTau}
+	if err := q.m.init(&mcfg, q.clk, func() (QueueStats, int) { return q.Stats(), q.Cap() }); err != nil {
+		return nil, configErr("QueueConfig", "Meter", "%v", err)
 	}
 	return q, nil
 }
@@ -377,6 +387,47 @@ func (q *PatchQueue[T]) Reserve() (Permit[T], error) {
 		q.dropLocked(queueDropFull)
 		return Permit[T]{}, ErrFull
 	}
+	i := q.allocPermitLocked()
+	s := &q.permits[i]
+	s.flight = -1
+	q.reserved++
+	return Permit[T]{q: q, slot: i, gen: s.gen}, nil
+}
+
+// ReserveKey is [PatchQueue.Reserve] for an item whose key the caller
+// already knows. If an item of key is waiting, the permit needs no free
+// slot: it is granted even when the queue is full, and its [Permit.Send]
+// replaces the waiting item (superseded) — or, if a consumer took that
+// item in the meantime, enqueues the new item in the slot the taken item
+// left, which the queue keeps for the permit. So a producer that computes
+// a newer value for a waiting key is never refused for lack of room, and
+// the latest value wins. Otherwise ReserveKey is Reserve: it takes a free
+// slot or fails with [ErrFull] or [ErrClosed], counting the drop.
+//
+// Without a Key function ReserveKey is Reserve. The item later sent
+// through the permit must have key as its key; if it has another,
+// Send treats it as a new item that needs a free slot.
+func (q *PatchQueue[T]) ReserveKey(key string) (Permit[T], error) {
+	if q.key == nil {
+		return q.Reserve()
+	}
+	q.mu.Lock()
+	fi, ok := q.byKey[key]
+	if q.closed || !ok || (q.flights[fi].waiting < 0 && !q.flights[fi].spare) {
+		q.mu.Unlock()
+		return q.Reserve()
+	}
+	defer q.mu.Unlock()
+	f := &q.flights[fi]
+	f.replacers++
+	i := q.allocPermitLocked()
+	s := &q.permits[i]
+	s.flight = fi
+	return Permit[T]{q: q, slot: i, gen: s.gen}, nil
+}
+
+// allocPermitLocked returns an active permit slot, flight unset.
+func (q *PatchQueue[T]) allocPermitLocked() int32 {
 	i := q.freePermit
 	if i >= 0 {
 		q.freePermit = q.permits[i].nextFree
@@ -387,26 +438,80 @@ func (q *PatchQueue[T]) Reserve() (Permit[T], error) {
 	s := &q.permits[i]
 	s.active = true
 	s.nextFree = -1
-	q.reserved++
-	return Permit[T]{q: q, slot: i, gen: s.gen}, nil
+	return i
 }
 
-// takeLocked ends the reservation p and reports whether it was valid.
-func (p Permit[T]) takeLocked() bool {
+// Waiting returns the value of the item of key waiting in the queue, and
+// whether there is one. An item in flight is not waiting. Without a Key
+// function it always reports false.
+func (q *PatchQueue[T]) Waiting(key string) (T, bool) {
+	var zero T
+	if q.key == nil {
+		return zero, false
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	fi, ok := q.byKey[key]
+	if !ok || q.flights[fi].waiting < 0 {
+		return zero, false
+	}
+	return q.nodes[q.flights[fi].waiting].value, true
+}
+
+// takeLocked ends the reservation p and reports whether it was valid. For
+// a replacer (a permit of ReserveKey holding no slot) it returns the key's
+// flight record, whose replacers count the caller must settle with
+// settleReplacerLocked; otherwise -1, and the permit's slot is given back
+// to the free count.
+func (p Permit[T]) takeLocked() (fi int32, ok bool) {
 	q := p.q
 	if p.slot < 0 || int(p.slot) >= len(q.permits) {
-		return false
+		return -1, false
 	}
 	s := &q.permits[p.slot]
 	if !s.active || s.gen != p.gen {
-		return false
+		return -1, false
 	}
 	s.active = false
 	s.gen++
 	s.nextFree = q.freePermit
 	q.freePermit = p.slot
-	q.reserved--
-	return true
+	fi = s.flight
+	if fi < 0 {
+		q.reserved--
+	} else {
+		q.flights[fi].replacers--
+	}
+	return fi, true
+}
+
+// settleReplacerLocked tidies the flight record fi after one of its
+// replacers was used: once none is left, a spare slot goes back to the free
+// count and a record with nothing waiting or in flight goes idle.
+func (q *PatchQueue[T]) settleReplacerLocked(fi int32) {
+	f := &q.flights[fi]
+	if f.replacers > 0 {
+		return
+	}
+	if f.spare {
+		f.spare = false
+		q.reserved--
+		q.wakeSendLocked()
+	}
+	if f.waiting < 0 && !f.busy && !f.idle {
+		q.idleLocked(fi)
+	}
+}
+
+// leftLocked is called when the waiting item of flight record fi left the
+// queue (delivered or expired): if replacers still count on that item, the
+// record keeps its slot for them.
+func (q *PatchQueue[T]) leftLocked(fi int32) {
+	f := &q.flights[fi]
+	if f.replacers > 0 && !f.spare {
+		f.spare = true
+		q.reserved++
+	}
 }
 
 // Send enqueues item into the reserved slot. If the item's key already has
@@ -414,7 +519,9 @@ func (p Permit[T]) takeLocked() bool {
 // the reserved slot is given back. If the queue was closed since Reserve,
 // Send gives the slot back, counts the item as dropped (reason "closed")
 // and returns [ErrClosed]. On a zero, sent or released permit it returns
-// [ErrInvalidPermit] and does nothing else.
+// [ErrInvalidPermit] and does nothing else. A permit of
+// [PatchQueue.ReserveKey] granted without a free slot fails with [ErrFull]
+// only if the item's key is not the key it was reserved for.
 func (p Permit[T]) Send(item T) error {
 	q := p.q
 	if q == nil {
@@ -426,10 +533,23 @@ func (p Permit[T]) Send(item T) error {
 	}
 	now := q.now()
 	q.mu.Lock()
-	defer q.mu.Unlock()
-	if !p.takeLocked() {
+	fi, ok := p.takeLocked()
+	if !ok {
+		q.mu.Unlock()
 		return ErrInvalidPermit
 	}
+	err := q.sendPermitLocked(item, key, fi, now)
+	if fi >= 0 {
+		q.settleReplacerLocked(fi)
+	}
+	q.mu.Unlock()
+	return err
+}
+
+// sendPermitLocked enqueues item for a permit just taken: rfi is the
+// flight record of a replacer, or -1 for a permit that held a slot (now
+// back in the free count).
+func (q *PatchQueue[T]) sendPermitLocked(item T, key string, rfi int32, now int64) error {
 	if q.closed {
 		q.dropLocked(queueDropClosed)
 		return ErrClosed
@@ -439,7 +559,19 @@ func (p Permit[T]) Send(item T) error {
 		q.wakeSendLocked()
 		return nil
 	}
-	// The reserved slot becomes the item's: count+reserved is unchanged.
+	switch {
+	case rfi < 0:
+		// The permit's slot was given back by takeLocked: it becomes the
+		// item's, count+reserved is as before.
+	case rfi == fi && q.flights[fi].spare:
+		// The key's waiting item left; the slot it held was kept for us.
+		q.flights[fi].spare = false
+		q.reserved--
+	case q.count+q.reserved >= q.capacity:
+		// A replacer sent with another key than it reserved.
+		q.dropLocked(queueDropFull)
+		return ErrFull
+	}
 	q.insertLocked(item, key, fi, now)
 	return nil
 }
@@ -453,8 +585,12 @@ func (p Permit[T]) Release() {
 		return
 	}
 	q.mu.Lock()
-	if p.takeLocked() {
-		q.wakeSendLocked()
+	if fi, ok := p.takeLocked(); ok {
+		if fi >= 0 {
+			q.settleReplacerLocked(fi)
+		} else {
+			q.wakeSendLocked()
+		}
 	}
 	q.mu.Unlock()
 }
@@ -562,7 +698,6 @@ func (q *PatchQueue[T]) coalesceLocked(item T, key string, now int64) (fi int32,
 	n.enq = now
 	q.stats.Enqueued++
 	q.stats.Superseded++
-	q.m.superseded()
 	return fi, true
 }
 
@@ -612,7 +747,7 @@ func (q *PatchQueue[T]) insertLocked(item T, key string, fi int32, now int64) {
 		q.wakeRecvLocked()
 	}
 	if q.m.on {
-		q.m.enqueued(q.timeAt(now), q.count)
+		q.m.depthChanged(q.timeAt(now), q.count)
 	}
 }
 
@@ -632,6 +767,8 @@ func (q *PatchQueue[T]) allocFlightLocked() int32 {
 	f.idle = false
 	f.nextFree = -1
 	f.idlePrev = -1
+	f.replacers = 0
+	f.spare = false
 	return fi
 }
 
@@ -715,9 +852,9 @@ func (q *PatchQueue[T]) unlinkLocked(ni int32) {
 // head, dropping every expired item it passes (eligible or held back by its
 // key), up to the first eligible item that has not expired; if there is
 // none, it has scanned (and expired) the whole queue.
-func (q *PatchQueue[T]) dequeueLocked(it *Item[T]) bool {
+func (q *PatchQueue[T]) dequeueLocked(it *Item[T]) (ok bool, waited time.Duration) {
 	if q.eligible == 0 {
-		return false
+		return false, 0
 	}
 	var now int64
 	if q.maxAge > 0 || q.m.on {
@@ -737,7 +874,7 @@ func (q *PatchQueue[T]) dequeueLocked(it *Item[T]) bool {
 			continue
 		}
 		it.Value, it.Enqueued, it.key = n.value, q.timeAt(n.enq), n.key
-		waited := time.Duration(now - n.enq)
+		waited = time.Duration(now - n.enq)
 		fi := n.flight
 		if fi < 0 {
 			fi = q.allocFlightLocked()
@@ -746,6 +883,7 @@ func (q *PatchQueue[T]) dequeueLocked(it *Item[T]) bool {
 		f.waiting = -1
 		f.busy = true
 		f.gen++
+		q.leftLocked(fi)
 		it.ref, it.gen = fi+1, f.gen
 		q.unlinkLocked(ni)
 		q.count--
@@ -753,16 +891,16 @@ func (q *PatchQueue[T]) dequeueLocked(it *Item[T]) bool {
 		q.inFlight++
 		q.stats.Dequeued++
 		if q.m.on {
-			q.m.dequeued(q.timeAt(now), waited, q.count)
+			q.m.depthChanged(q.timeAt(now), q.count)
 		}
 		q.afterRemovalLocked()
 		if q.eligible > 0 {
 			// Pass the wake-up on to another waiting consumer.
 			q.wakeRecvLocked()
 		}
-		return true
+		return true, waited
 	}
-	return false
+	return false, 0
 }
 
 // expireLocked drops the waiting node ni because it is older than MaxAge.
@@ -771,7 +909,8 @@ func (q *PatchQueue[T]) expireLocked(ni int32, blocked bool, now int64) {
 	if fi := n.flight; fi >= 0 {
 		f := &q.flights[fi]
 		f.waiting = -1
-		if !f.busy {
+		q.leftLocked(fi)
+		if !f.busy && f.replacers == 0 {
 			q.idleLocked(fi)
 		}
 	}
@@ -782,7 +921,7 @@ func (q *PatchQueue[T]) expireLocked(ni int32, blocked bool, now int64) {
 	}
 	q.stats.DroppedExpired++
 	if q.m.on {
-		q.m.expired(q.timeAt(now), q.count)
+		q.m.depthChanged(q.timeAt(now), q.count)
 	}
 	q.afterRemovalLocked()
 }
@@ -831,8 +970,9 @@ func (q *PatchQueue[T]) Receive(ctx context.Context) (Item[T], error) {
 	var it Item[T]
 	q.mu.Lock()
 	for {
-		if q.dequeueLocked(&it) {
+		if ok, waited := q.dequeueLocked(&it); ok {
 			q.mu.Unlock()
+			q.m.waited(waited)
 			return it, nil
 		}
 		if q.closed && q.count == 0 {
@@ -869,11 +1009,14 @@ func (q *PatchQueue[T]) Receive(ctx context.Context) (Item[T], error) {
 func (q *PatchQueue[T]) TryReceive() (Item[T], bool, error) {
 	var it Item[T]
 	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.dequeueLocked(&it) {
+	ok, waited := q.dequeueLocked(&it)
+	closed := q.closed && q.count == 0
+	q.mu.Unlock()
+	if ok {
+		q.m.waited(waited)
 		return it, true, nil
 	}
-	if q.closed && q.count == 0 {
+	if closed {
 		return Item[T]{}, false, ErrClosed
 	}
 	return Item[T]{}, false, nil
@@ -906,7 +1049,9 @@ func (q *PatchQueue[T]) Done(it Item[T]) {
 		return
 	}
 	if q.key != nil {
-		q.idleLocked(fi)
+		if f.replacers == 0 {
+			q.idleLocked(fi)
+		}
 		return
 	}
 	q.freeFlightLocked(fi)
@@ -939,6 +1084,23 @@ func (q *PatchQueue[T]) Len() int {
 	return q.count
 }
 
+// free returns the number of slots neither waiting nor reserved.
+func (q *PatchQueue[T]) free() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return max(q.capacity-q.count-q.reserved, 0)
+}
+
+// appendWaitingKeys appends the keys of the items waiting, in FIFO order.
+func (q *PatchQueue[T]) appendWaitingKeys(dst []string) []string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for ni := q.head; ni >= 0; ni = q.nodes[ni].next {
+		dst = append(dst, q.nodes[ni].key)
+	}
+	return dst
+}
+
 // Cap returns the queue's capacity, QueueConfig.Capacity.
 func (q *PatchQueue[T]) Cap() int { return q.capacity }
 
@@ -967,6 +1129,25 @@ func (q *PatchQueue[T]) Closed() bool {
 	return q.closed
 }
 
+// QueueDropReason says why a [PatchQueue] dropped an item: the values of
+// the reason attribute of quietpatch.queue.dropped, and the fields of
+// [QueueStats] that count them.
+type QueueDropReason string
+
+// Queue drop reasons.
+const (
+	// QueueDropFull: a send or reservation refused because every slot was
+	// taken (QueueStats.DroppedFull). Never enqueued.
+	QueueDropFull QueueDropReason = "full"
+	// QueueDropClosed: a send or reservation refused because the queue was
+	// closed (QueueStats.DroppedClosed). Never enqueued.
+	QueueDropClosed QueueDropReason = "closed"
+	// QueueDropExpired: an item enqueued, then dropped at dequeue because
+	// it had waited longer than QueueConfig.MaxAge
+	// (QueueStats.DroppedExpired).
+	QueueDropExpired QueueDropReason = "expired"
+)
+
 type queueDropReason int
 
 const (
@@ -983,5 +1164,4 @@ func (q *PatchQueue[T]) dropLocked(r queueDropReason) {
 	case queueDropClosed:
 		q.stats.DroppedClosed++
 	}
-	q.m.dropped(r)
 }

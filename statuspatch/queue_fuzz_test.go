@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,8 +25,16 @@ type queueModel struct {
 	closed   bool
 	waiting  []queueModelItem // FIFO
 	inFlight map[string]int   // by key (keyless: by value, always 1)
-	permits  []bool           // active, by permit number
+	permits  []modelPermit    // by permit number
+	spare    map[string]bool  // key keeps a slot for its replacers
 	stats    statuspatch.QueueStats
+}
+
+// modelPermit is a permit: one that holds a slot, or a replacer granted by
+// ReserveKey without one because an item of key was waiting.
+type modelPermit struct {
+	active, replacer bool
+	key              string
 }
 
 type queueModelItem struct {
@@ -68,6 +77,51 @@ func (m *queueModel) coalesce(v string, now time.Time) bool {
 
 func (m *queueModel) full() bool { return len(m.waiting)+m.stats.Reserved >= m.capacity }
 
+// replacers counts the active replacers of key k.
+func (m *queueModel) replacers(k string) int {
+	n := 0
+	for _, p := range m.permits {
+		if p.active && p.replacer && p.key == k {
+			n++
+		}
+	}
+	return n
+}
+
+// left records that the waiting item of key k left the queue: its slot is
+// kept for the replacers counting on it.
+func (m *queueModel) left(k string) {
+	if m.keyed && m.replacers(k) > 0 && !m.spare[k] {
+		m.spare[k] = true
+		m.stats.Reserved++
+	}
+}
+
+// settle gives a key's spare slot back once no replacer is left.
+func (m *queueModel) settle(k string) {
+	if m.replacers(k) == 0 && m.spare[k] {
+		delete(m.spare, k)
+		m.stats.Reserved--
+	}
+}
+
+func (m *queueModel) waitingKey(k string) bool {
+	for _, w := range m.waiting {
+		if w.key == k {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *queueModel) reserveKey(k string) (int, error) {
+	if !m.keyed || m.closed || (!m.waitingKey(k) && !m.spare[k]) {
+		return m.reserve()
+	}
+	m.permits = append(m.permits, modelPermit{active: true, replacer: true, key: k})
+	return len(m.permits) - 1, nil
+}
+
 func (m *queueModel) push(v string, now time.Time) {
 	m.waiting = append(m.waiting, queueModelItem{key: m.key(v), value: v, enq: now})
 	m.stats.Enqueued++
@@ -106,29 +160,49 @@ func (m *queueModel) reserve() (int, error) {
 		m.stats.DroppedFull++
 		return -1, statuspatch.ErrFull
 	}
-	m.permits = append(m.permits, true)
+	m.permits = append(m.permits, modelPermit{active: true})
 	m.stats.Reserved++
 	return len(m.permits) - 1, nil
 }
 
+// take ends permit p, reporting whether it was active.
 func (m *queueModel) take(p int) bool {
-	if p < 0 || !m.permits[p] {
+	if p < 0 || !m.permits[p].active {
 		return false
 	}
-	m.permits[p] = false
-	m.stats.Reserved--
+	m.permits[p].active = false
+	if !m.permits[p].replacer {
+		m.stats.Reserved--
+	}
 	return true
 }
 
+func (m *queueModel) release(p int) {
+	if m.take(p) && m.permits[p].replacer {
+		m.settle(m.permits[p].key)
+	}
+}
+
 func (m *queueModel) permitSend(p int, v string, now time.Time) error {
-	switch {
-	case !m.take(p):
+	if !m.take(p) {
 		return statuspatch.ErrInvalidPermit
+	}
+	mp := m.permits[p]
+	if mp.replacer {
+		defer m.settle(mp.key)
+	}
+	switch {
 	case m.closed:
 		m.stats.DroppedClosed++
 		return statuspatch.ErrClosed
 	case m.coalesce(v, now):
 		return nil
+	case mp.replacer && m.key(v) == mp.key && m.spare[mp.key]:
+		delete(m.spare, mp.key)
+		m.stats.Reserved--
+	case mp.replacer && m.full():
+		m.stats.DroppedFull++
+		return statuspatch.ErrFull
 	}
 	m.push(v, now)
 	return nil
@@ -152,6 +226,7 @@ func (m *queueModel) receive(now time.Time) (queueModelItem, bool) {
 		if m.maxAge > 0 && now.Sub(w.enq) > m.maxAge {
 			m.waiting = append(m.waiting[:i:i], m.waiting[i+1:]...)
 			m.stats.DroppedExpired++
+			m.left(w.key)
 			i--
 			continue
 		}
@@ -159,6 +234,7 @@ func (m *queueModel) receive(now time.Time) (queueModelItem, bool) {
 			continue
 		}
 		m.waiting = append(m.waiting[:i:i], m.waiting[i+1:]...)
+		m.left(w.key)
 		m.inFlight[m.flightKey(w)]++
 		m.stats.Dequeued++
 		m.stats.InFlight++
@@ -185,7 +261,9 @@ type queueFuzzDelivery struct {
 //
 // Input: byte 0 is the configuration (capacity 1..8 in the low 3 bits,
 // bit 3 keyless, bits 4-5 MaxAge in {0, 0, 2s, 5s}); then each step is an op
-// byte followed by an argument byte.
+// byte followed by an argument byte. Ops 10 and 11 exercise ReserveKey: a
+// permit granted at capacity for a key that waits must replace it, also
+// when a consumer took the waiting item in between.
 func FuzzQueueModel(f *testing.F) {
 	for _, seed := range []string{
 		"\x03" + "\x00\x00\x00\x01\x00\x02\x04\x00\x04\x00\x04\x00",
@@ -193,6 +271,15 @@ func FuzzQueueModel(f *testing.F) {
 		"\x22" + "\x00\x00\x08\x01\x00\x01\x08\x01\x04\x00\x08\x03\x04\x00",
 		"\x0a" + "\x00\x00\x00\x00\x04\x00\x06\x00\x06\x00\x07\x00\x04\x00\x05\x00",
 		"\x17" + "\x01\x00\x01\x00\x02\x01\x03\x00\x02\x00\x07\x00\x02\x01\x04\x00\x04\x00",
+		// Capacity 1, keyed: k1 waits, queue full; ReserveKey(k1) is
+		// granted; the waiting item is taken; the permit's Send still
+		// enqueues (the slot was kept), then a second replacer coalesces.
+		"\x00" + "\x00\x01\x0a\x01\x0a\x01\x04\x00\x0b\x00\x0b\x04\x04\x00\x06\x00",
+		// Capacity 2: ReserveKey for a key not waiting takes a slot;
+		// at capacity it is refused; release then reserve again.
+		"\x01" + "\x0a\x02\x0a\x03\x0a\x01\x03\x00\x0a\x01\x0b\x04",
+		// MaxAge 2s: the waiting item expires under a replacer.
+		"\x20" + "\x00\x01\x0a\x01\x08\x03\x04\x00\x0b\x00\x04\x00",
 	} {
 		f.Add([]byte(seed))
 	}
@@ -221,7 +308,7 @@ func FuzzQueueModel(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m := &queueModel{capacity: capacity, keyed: keyed, maxAge: maxAge, inFlight: map[string]int{}}
+		m := &queueModel{capacity: capacity, keyed: keyed, maxAge: maxAge, inFlight: map[string]int{}, spare: map[string]bool{}}
 		var permits []statuspatch.Permit[string]
 		var delivered []queueFuzzDelivery
 		cancelled, cancel := context.WithCancel(context.Background())
@@ -252,7 +339,7 @@ func FuzzQueueModel(f *testing.F) {
 			delivered = append(delivered, queueFuzzDelivery{it: it, want: want})
 		}
 		for step := 0; len(data) >= 2; step++ {
-			op, arg := data[0]%10, data[1]
+			op, arg := data[0]%12, data[1]
 			data = data[2:]
 			now := clk.Now()
 			var what string
@@ -287,7 +374,7 @@ func FuzzQueueModel(f *testing.F) {
 				} else {
 					what = fmt.Sprintf("permit %d Release", mi)
 					p.Release()
-					m.take(mi)
+					m.release(mi)
 				}
 			case 4:
 				what = "TryReceive"
@@ -342,6 +429,35 @@ func FuzzQueueModel(f *testing.F) {
 				v := next(arg)
 				what = "Send(cancelled) " + v
 				check(step, what, q.Send(cancelled, v), m.sendCancelled(v, now))
+			case 10:
+				k := "k" + strconv.Itoa(int(arg%4))
+				what = "ReserveKey " + k
+				p, err := q.ReserveKey(k)
+				mp, merr := m.reserveKey(k)
+				check(step, what, err, merr)
+				if merr == nil {
+					if mp != len(permits) {
+						t.Fatalf("step %d: model permit %d, have %d", step, mp, len(permits))
+					}
+					permits = append(permits, p)
+				}
+			case 11:
+				// Send through a permit with the key it was reserved
+				// for (a fresh key for Reserve's permits).
+				i := int(arg>>2) % (len(permits) + 1)
+				var p statuspatch.Permit[string]
+				mi := -1
+				k := "k" + strconv.Itoa(int(arg%4))
+				if i < len(permits) {
+					p, mi = permits[i], i
+					if m.permits[i].replacer {
+						k = m.permits[i].key
+					}
+				}
+				seq++
+				v := k + "#" + strconv.Itoa(seq)
+				what = fmt.Sprintf("permit %d Send %s", mi, v)
+				check(step, what, p.Send(v), m.permitSend(mi, v, now))
 			}
 			m.stats.Depth = len(m.waiting)
 			st := q.Stats()
@@ -363,34 +479,33 @@ func FuzzQueueModel(f *testing.F) {
 		got := queueCollect(t, reader)
 		st := m.stats
 		want := map[string]float64{
-			"statuspatch.queue.enqueued{queue=fuzz}":                st2f(st.Enqueued),
-			"statuspatch.queue.dequeued{queue=fuzz}":                st2f(st.Dequeued),
-			"statuspatch.queue.superseded{queue=fuzz}":              st2f(st.Superseded),
-			"statuspatch.queue.dropped{queue=fuzz,reason=full}":     st2f(st.DroppedFull),
-			"statuspatch.queue.dropped{queue=fuzz,reason=closed}":   st2f(st.DroppedClosed),
-			"statuspatch.queue.dropped{queue=fuzz,reason=expired}":  st2f(st.DroppedExpired),
-			"statuspatch.queue.depth{queue=fuzz}":                   float64(st.Depth),
-			"statuspatch.queue.wait{queue=fuzz}#count":              st2f(st.Dequeued),
-			"statuspatch.queue.capacity{queue=fuzz}":                float64(capacity),
-			"statuspatch.queue.depth.peak_ewma{queue=fuzz}#present": 1,
+			"quietpatch.queue.enqueued{pipeline=fuzz}":                st2f(st.Enqueued),
+			"quietpatch.queue.dequeued{pipeline=fuzz}":                st2f(st.Dequeued),
+			"quietpatch.queue.superseded{pipeline=fuzz}":              st2f(st.Superseded),
+			"quietpatch.queue.dropped{pipeline=fuzz,reason=full}":     st2f(st.DroppedFull),
+			"quietpatch.queue.dropped{pipeline=fuzz,reason=closed}":   st2f(st.DroppedClosed),
+			"quietpatch.queue.dropped{pipeline=fuzz,reason=expired}":  st2f(st.DroppedExpired),
+			"quietpatch.queue.depth{pipeline=fuzz}":                   float64(st.Depth),
+			"quietpatch.queue.wait{pipeline=fuzz}#count":              st2f(st.Dequeued),
+			"quietpatch.queue.capacity{pipeline=fuzz}":                float64(capacity),
+			"quietpatch.queue.depth.peak_ewma{pipeline=fuzz}#present": 1,
 		}
-		if m.closed { // Close unregisters the gauges.
-			delete(want, "statuspatch.queue.capacity{queue=fuzz}")
-			delete(want, "statuspatch.queue.depth.peak_ewma{queue=fuzz}#present")
+		// Observable instruments report every counter, zeros included;
+		// the wait histogram has a point once something was delivered.
+		if st.Dequeued == 0 {
+			delete(want, "quietpatch.queue.wait{pipeline=fuzz}#count")
 		}
-		for k, v := range want {
-			if v == 0 && k != "statuspatch.queue.depth{queue=fuzz}" {
-				delete(want, k) // counters never added to are absent
+		if _, ok := got["quietpatch.queue.depth.peak_ewma{pipeline=fuzz}"]; ok {
+			got["quietpatch.queue.depth.peak_ewma{pipeline=fuzz}#present"] = 1
+			delete(got, "quietpatch.queue.depth.peak_ewma{pipeline=fuzz}")
+		}
+		delete(got, "quietpatch.queue.wait{pipeline=fuzz}#sum")
+		if m.closed { // Close unregisters the observable instruments.
+			for k := range want {
+				if !strings.HasSuffix(k, "#count") {
+					delete(want, k)
+				}
 			}
-		}
-		if _, ok := got["statuspatch.queue.depth.peak_ewma{queue=fuzz}"]; ok {
-			got["statuspatch.queue.depth.peak_ewma{queue=fuzz}#present"] = 1
-			delete(got, "statuspatch.queue.depth.peak_ewma{queue=fuzz}")
-		}
-		delete(got, "statuspatch.queue.wait{queue=fuzz}#sum")
-		if st.Enqueued == 0 && st.Depth == 0 {
-			// depth was never added to: absent.
-			delete(want, "statuspatch.queue.depth{queue=fuzz}")
 		}
 		if d := cmp.Diff(want, got); d != "" {
 			t.Fatalf("instruments (-want +got):\n%s", d)

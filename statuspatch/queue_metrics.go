@@ -13,74 +13,54 @@ import (
 	"github.com/quietpatch/quietpatch/ewma"
 )
 
-// Instrument names of PatchQueue. They are stable: dashboards and alerts
-// depend on them. See the package documentation for the table.
+// Instrument names of PatchQueue; the package documentation has the table.
 const (
-	// QueueEnqueuedMetric counts items accepted (Int64Counter).
-	QueueEnqueuedMetric = "statuspatch.queue.enqueued"
-	// QueueDequeuedMetric counts items delivered (Int64Counter).
-	QueueDequeuedMetric = "statuspatch.queue.dequeued"
-	// QueueSupersededMetric counts waiting items replaced by a newer one
-	// of their key (Int64Counter).
-	QueueSupersededMetric = "statuspatch.queue.superseded"
-	// QueueDroppedMetric counts drops by reason (Int64Counter).
-	QueueDroppedMetric = "statuspatch.queue.dropped"
-	// QueueDepthMetric is the number of items waiting
-	// (Int64UpDownCounter).
-	QueueDepthMetric = "statuspatch.queue.depth"
-	// QueueDepthPeakMetric is the Peak-EWMA of the depth
-	// (Float64ObservableGauge).
-	QueueDepthPeakMetric = "statuspatch.queue.depth.peak_ewma"
-	// QueueCapacityMetric is the capacity (Int64ObservableGauge).
-	QueueCapacityMetric = "statuspatch.queue.capacity"
-	// QueueWaitMetric is the time from enqueue to delivery, in seconds
-	// (Float64Histogram).
-	QueueWaitMetric = "statuspatch.queue.wait"
+	queueEnqueuedMetric   = "quietpatch.queue.enqueued"
+	queueDequeuedMetric   = "quietpatch.queue.dequeued"
+	queueSupersededMetric = "quietpatch.queue.superseded"
+	queueDroppedMetric    = "quietpatch.queue.dropped"
+	queueDepthMetric      = "quietpatch.queue.depth"
+	queueDepthPeakMetric  = "quietpatch.queue.depth.peak_ewma"
+	queueCapacityMetric   = "quietpatch.queue.capacity"
+	queueWaitMetric       = "quietpatch.queue.wait"
 )
 
-// Attributes of the queue's instruments.
+// Attribute keys shared by the package's instruments.
 const (
-	// QueueAttrKey is the attribute on every queue instrument; its value
-	// is QueueConfig.Name.
-	QueueAttrKey = "queue"
-	// QueueReasonAttrKey is the attribute of statuspatch.queue.dropped
-	// that says why.
-	QueueReasonAttrKey = "reason"
-
-	// QueueDropReasonFull: rejected because the queue was full.
-	QueueDropReasonFull = "full"
-	// QueueDropReasonClosed: rejected because the queue was closed.
-	QueueDropReasonClosed = "closed"
-	// QueueDropReasonExpired: enqueued, then dropped at dequeue for being
-	// older than QueueConfig.MaxAge.
-	QueueDropReasonExpired = "expired"
+	// pipelineAttr carries the Name of the queue, reconciler or
+	// dispatcher: one value per pipeline.
+	pipelineAttr = "pipeline"
+	reasonAttr   = "reason"
+	resultAttr   = "result"
+	outcomeAttr  = "outcome"
 )
 
 // queueWaitBuckets are the bucket boundaries, in seconds, of
-// statuspatch.queue.wait: from a millisecond to a few reconcile intervals.
+// quietpatch.queue.wait: from a millisecond to a few reconcile intervals.
 var queueWaitBuckets = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 
-// queueMetrics holds a queue's instruments and the attribute options
-// precomputed for them, so that recording allocates nothing. With on false
-// every method returns at once.
+// queueMetrics holds a queue's instruments. The counters, the depth and the
+// capacity are observable: the SDK reads them from the queue's own
+// counters at collection time, so producers and consumers pay nothing for
+// them. Two things are recorded on the hot path: the depth Peak-EWMA
+// (package ewma; the queue's own state, updated under the queue's lock so
+// that updates keep their order) and the wait histogram, recorded after the
+// queue's lock is released. With on false every method returns at once.
 type queueMetrics struct {
 	on         bool
-	enq        metric.Int64Counter
-	deq        metric.Int64Counter
-	sup        metric.Int64Counter
-	drop       metric.Int64Counter
-	depth      metric.Int64UpDownCounter
 	wait       metric.Float64Histogram
 	gauge      *ewma.Gauge
-	addOpts    []metric.AddOption
 	recOpts    []metric.RecordOption
-	dropOpts   [3][]metric.AddOption // by queueDropReason
 	registered metric.Registration
 }
 
+// queueSnapshot is what the observable instruments read: the queue's
+// counters and its capacity, taken under its lock.
+type queueSnapshot func() (QueueStats, int)
+
 // init creates the instruments of a queue built from cfg. clk nil means
 // the real clock.
-func (m *queueMetrics) init(cfg *queueMetricsConfig, clk clock.PassiveClock) error {
+func (m *queueMetrics) init(cfg *queueMetricsConfig, clk clock.PassiveClock, snap queueSnapshot) error {
 	if cfg.meter == nil {
 		return nil
 	}
@@ -96,66 +76,77 @@ func (m *queueMetrics) init(cfg *queueMetricsConfig, clk clock.PassiveClock) err
 	if tau == 0 {
 		tau = DefaultDepthTau
 	}
-	set := attribute.NewSet(attribute.String(QueueAttrKey, name))
-	opt := metric.WithAttributeSet(set)
-	m.addOpts = []metric.AddOption{opt}
-	m.recOpts = []metric.RecordOption{opt}
-	for r, v := range [...]string{queueDropFull: QueueDropReasonFull, queueDropClosed: QueueDropReasonClosed, queueDropExpired: QueueDropReasonExpired} {
-		m.dropOpts[r] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(
-			attribute.String(QueueAttrKey, name), attribute.String(QueueReasonAttrKey, v)))}
+	nameKV := attribute.String(pipelineAttr, name)
+	set := attribute.NewSet(nameKV)
+	m.recOpts = []metric.RecordOption{metric.WithAttributeSet(set)}
+	obs := []metric.ObserveOption{metric.WithAttributeSet(set)}
+	var dropObs [3][]metric.ObserveOption
+	for r, v := range [...]QueueDropReason{queueDropFull: QueueDropFull, queueDropClosed: QueueDropClosed, queueDropExpired: QueueDropExpired} {
+		dropObs[r] = []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(nameKV, attribute.String(reasonAttr, string(v))))}
 	}
 
-	var err error
 	wrap := func(inst string, e error) error {
 		return fmt.Errorf("statuspatch: creating instrument %s: %w", inst, e)
 	}
-	if m.enq, err = mt.Int64Counter(QueueEnqueuedMetric, metric.WithUnit("{item}"),
-		metric.WithDescription("Items accepted by the queue, including those that replaced a waiting item of the same key.")); err != nil {
-		return wrap(QueueEnqueuedMetric, err)
+	enq, err := mt.Int64ObservableCounter(queueEnqueuedMetric, metric.WithUnit("{patch}"),
+		metric.WithDescription("Items accepted by the queue, including those that replaced a waiting item of the same key."))
+	if err != nil {
+		return wrap(queueEnqueuedMetric, err)
 	}
-	if m.deq, err = mt.Int64Counter(QueueDequeuedMetric, metric.WithUnit("{item}"),
-		metric.WithDescription("Items delivered to a consumer.")); err != nil {
-		return wrap(QueueDequeuedMetric, err)
+	deq, err := mt.Int64ObservableCounter(queueDequeuedMetric, metric.WithUnit("{patch}"),
+		metric.WithDescription("Items delivered to a consumer."))
+	if err != nil {
+		return wrap(queueDequeuedMetric, err)
 	}
-	if m.sup, err = mt.Int64Counter(QueueSupersededMetric, metric.WithUnit("{item}"),
-		metric.WithDescription("Waiting items replaced by a newer item of the same key.")); err != nil {
-		return wrap(QueueSupersededMetric, err)
+	sup, err := mt.Int64ObservableCounter(queueSupersededMetric, metric.WithUnit("{patch}"),
+		metric.WithDescription("Waiting items replaced by a newer item of the same key."))
+	if err != nil {
+		return wrap(queueSupersededMetric, err)
 	}
-	if m.drop, err = mt.Int64Counter(QueueDroppedMetric, metric.WithUnit("{item}"),
-		metric.WithDescription("Items not delivered, by reason: full and closed are rejected sends (never enqueued); expired were enqueued and dropped at dequeue.")); err != nil {
-		return wrap(QueueDroppedMetric, err)
+	drop, err := mt.Int64ObservableCounter(queueDroppedMetric, metric.WithUnit("{patch}"),
+		metric.WithDescription("Items not delivered, by reason: full and closed are refused sends (never enqueued); expired were enqueued and dropped at dequeue."))
+	if err != nil {
+		return wrap(queueDroppedMetric, err)
 	}
-	if m.depth, err = mt.Int64UpDownCounter(QueueDepthMetric, metric.WithUnit("{item}"),
-		metric.WithDescription("Items waiting in the queue.")); err != nil {
-		return wrap(QueueDepthMetric, err)
+	depth, err := mt.Int64ObservableGauge(queueDepthMetric, metric.WithUnit("{patch}"),
+		metric.WithDescription("Items waiting in the queue."))
+	if err != nil {
+		return wrap(queueDepthMetric, err)
 	}
-	if m.wait, err = mt.Float64Histogram(QueueWaitMetric, metric.WithUnit("s"),
-		metric.WithDescription("Time from enqueue (of the latest value) to delivery."),
-		metric.WithExplicitBucketBoundaries(queueWaitBuckets...)); err != nil {
-		return wrap(QueueWaitMetric, err)
-	}
-	peak, err := mt.Float64ObservableGauge(QueueDepthPeakMetric, metric.WithUnit("{item}"),
+	peak, err := mt.Float64ObservableGauge(queueDepthPeakMetric, metric.WithUnit("{patch}"),
 		metric.WithDescription("Peak-EWMA of the number of items waiting: jumps to every peak, decays with the configured time constant."))
 	if err != nil {
-		return wrap(QueueDepthPeakMetric, err)
+		return wrap(queueDepthPeakMetric, err)
 	}
-	capg, err := mt.Int64ObservableGauge(QueueCapacityMetric, metric.WithUnit("{item}"),
+	capg, err := mt.Int64ObservableGauge(queueCapacityMetric, metric.WithUnit("{patch}"),
 		metric.WithDescription("Capacity of the queue (slots for waiting items and reservations)."))
 	if err != nil {
-		return wrap(QueueCapacityMetric, err)
+		return wrap(queueCapacityMetric, err)
+	}
+	if m.wait, err = mt.Float64Histogram(queueWaitMetric, metric.WithUnit("s"),
+		metric.WithDescription("Time from enqueue (of the latest value) to delivery."),
+		metric.WithExplicitBucketBoundaries(queueWaitBuckets...)); err != nil {
+		return wrap(queueWaitMetric, err)
 	}
 	if m.gauge, err = ewma.New(tau, clk); err != nil {
 		return fmt.Errorf("statuspatch: creating depth gauge: %w", err)
 	}
-	g, capacity := m.gauge, int64(cfg.capacity)
-	obs := []metric.ObserveOption{opt}
+	g := m.gauge
 	m.registered, err = mt.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		st, capacity := snap()
+		o.ObserveInt64(enq, st.Enqueued, obs...)
+		o.ObserveInt64(deq, st.Dequeued, obs...)
+		o.ObserveInt64(sup, st.Superseded, obs...)
+		o.ObserveInt64(drop, st.DroppedFull, dropObs[queueDropFull]...)
+		o.ObserveInt64(drop, st.DroppedClosed, dropObs[queueDropClosed]...)
+		o.ObserveInt64(drop, st.DroppedExpired, dropObs[queueDropExpired]...)
+		o.ObserveInt64(depth, int64(st.Depth), obs...)
 		o.ObserveFloat64(peak, g.Value(), obs...)
-		o.ObserveInt64(capg, capacity, obs...)
+		o.ObserveInt64(capg, int64(capacity), obs...)
 		return nil
-	}, peak, capg)
+	}, enq, deq, sup, drop, depth, peak, capg)
 	if err != nil {
-		return fmt.Errorf("statuspatch: registering queue gauges: %w", err)
+		return fmt.Errorf("statuspatch: registering queue instruments: %w", err)
 	}
 	m.on = true
 	return nil
@@ -164,57 +155,24 @@ func (m *queueMetrics) init(cfg *queueMetricsConfig, clk clock.PassiveClock) err
 // queueMetricsConfig is the part of QueueConfig that the instruments
 // need; it does not depend on the item type.
 type queueMetricsConfig struct {
-	meter    metric.Meter
-	name     string
-	tau      time.Duration
-	capacity int
+	meter metric.Meter
+	name  string
+	tau   time.Duration
 }
 
-func (m *queueMetrics) enqueued(now time.Time, depth int) {
-	if !m.on {
-		return
+// depthChanged records the depth in the Peak-EWMA gauge. The caller holds
+// the queue's lock, so updates are applied in the order of the changes.
+func (m *queueMetrics) depthChanged(now time.Time, depth int) {
+	if m.on {
+		m.gauge.UpdateAt(now, float64(depth))
 	}
-	ctx := context.Background()
-	m.enq.Add(ctx, 1, m.addOpts...)
-	m.depth.Add(ctx, 1, m.addOpts...)
-	m.gauge.UpdateAt(now, float64(depth))
 }
 
-func (m *queueMetrics) superseded() {
-	if !m.on {
-		return
+// waited records one delivery's wait; called without the queue's lock.
+func (m *queueMetrics) waited(d time.Duration) {
+	if m.on {
+		m.wait.Record(context.Background(), d.Seconds(), m.recOpts...)
 	}
-	ctx := context.Background()
-	m.enq.Add(ctx, 1, m.addOpts...)
-	m.sup.Add(ctx, 1, m.addOpts...)
-}
-
-func (m *queueMetrics) dequeued(now time.Time, waited time.Duration, depth int) {
-	if !m.on {
-		return
-	}
-	ctx := context.Background()
-	m.deq.Add(ctx, 1, m.addOpts...)
-	m.depth.Add(ctx, -1, m.addOpts...)
-	m.wait.Record(ctx, waited.Seconds(), m.recOpts...)
-	m.gauge.UpdateAt(now, float64(depth))
-}
-
-func (m *queueMetrics) expired(now time.Time, depth int) {
-	if !m.on {
-		return
-	}
-	ctx := context.Background()
-	m.drop.Add(ctx, 1, m.dropOpts[queueDropExpired]...)
-	m.depth.Add(ctx, -1, m.addOpts...)
-	m.gauge.UpdateAt(now, float64(depth))
-}
-
-func (m *queueMetrics) dropped(r queueDropReason) {
-	if !m.on {
-		return
-	}
-	m.drop.Add(context.Background(), 1, m.dropOpts[r]...)
 }
 
 func (m *queueMetrics) unregister() {

@@ -16,7 +16,7 @@ import (
 	"github.com/quietpatch/quietpatch/statuspatch"
 )
 
-// queueCollect collects reader and flattens the statuspatch.queue.*
+// queueCollect collects reader and flattens the quietpatch.queue.*
 // instruments to "name{k=v,...}" → value; histograms give "#count" and
 // "#sum" entries.
 func queueCollect(t *testing.T, reader *sdkmetric.ManualReader) map[string]float64 {
@@ -36,7 +36,7 @@ func queueCollect(t *testing.T, reader *sdkmetric.ManualReader) map[string]float
 	}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			if !strings.HasPrefix(m.Name, "statuspatch.queue.") {
+			if !strings.HasPrefix(m.Name, "quietpatch.queue.") {
 				continue
 			}
 			switch d := m.Data.(type) {
@@ -111,37 +111,39 @@ func TestQueueInstruments(t *testing.T) {
 	got := queueCollect(t, reader)
 	// The depth went 1, 2, 3 at t0, 2 at t0+2s, 1 at t0+3s, 0 at t0+2m;
 	// the Peak-EWMA jumped to 3 and decays towards 0 with τ = 10s.
-	peak := got["statuspatch.queue.depth.peak_ewma{queue=statuspatch}"]
+	peak := got["quietpatch.queue.depth.peak_ewma{pipeline=statuspatch}"]
 	if peak <= 0 || peak >= 3 {
 		t.Errorf("peak_ewma = %v, want in (0, 3)", peak)
 	}
-	delete(got, "statuspatch.queue.depth.peak_ewma{queue=statuspatch}")
+	delete(got, "quietpatch.queue.depth.peak_ewma{pipeline=statuspatch}")
 	want := map[string]float64{
-		"statuspatch.queue.enqueued{queue=statuspatch}":               4,
-		"statuspatch.queue.superseded{queue=statuspatch}":             1,
-		"statuspatch.queue.dequeued{queue=statuspatch}":               2,
-		"statuspatch.queue.dropped{queue=statuspatch,reason=full}":    1,
-		"statuspatch.queue.dropped{queue=statuspatch,reason=expired}": 1,
-		"statuspatch.queue.depth{queue=statuspatch}":                  0,
-		"statuspatch.queue.capacity{queue=statuspatch}":               3,
-		"statuspatch.queue.wait{queue=statuspatch}#count":             2,
-		"statuspatch.queue.wait{queue=statuspatch}#sum":               5,
+		"quietpatch.queue.enqueued{pipeline=statuspatch}":               4,
+		"quietpatch.queue.superseded{pipeline=statuspatch}":             1,
+		"quietpatch.queue.dequeued{pipeline=statuspatch}":               2,
+		"quietpatch.queue.dropped{pipeline=statuspatch,reason=full}":    1,
+		"quietpatch.queue.dropped{pipeline=statuspatch,reason=closed}":  0,
+		"quietpatch.queue.dropped{pipeline=statuspatch,reason=expired}": 1,
+		"quietpatch.queue.depth{pipeline=statuspatch}":                  0,
+		"quietpatch.queue.capacity{pipeline=statuspatch}":               3,
+		"quietpatch.queue.wait{pipeline=statuspatch}#count":             2,
+		"quietpatch.queue.wait{pipeline=statuspatch}#sum":               5,
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("instruments (-want +got):\n%s", d)
 	}
 
-	// Close: the rejection is counted, the gauges are unregistered.
+	// Close: the rejection is counted (Stats), the instruments are
+	// unregistered.
 	q.Close()
 	if err := q.TrySend("e#1"); err != statuspatch.ErrClosed {
 		t.Fatalf("TrySend after Close = %v", err)
 	}
-	got = queueCollect(t, reader)
-	if v := got["statuspatch.queue.dropped{queue=statuspatch,reason=closed}"]; v != 1 {
-		t.Errorf("dropped{closed} = %v, want 1", v)
+	if st := q.Stats(); st.DroppedClosed != 1 {
+		t.Errorf("DroppedClosed = %d, want 1", st.DroppedClosed)
 	}
-	for _, k := range []string{"statuspatch.queue.capacity{queue=statuspatch}", "statuspatch.queue.depth.peak_ewma{queue=statuspatch}"} {
-		if _, ok := got[k]; ok {
+	got = queueCollect(t, reader)
+	for k := range got {
+		if !strings.HasSuffix(k, "#count") && !strings.HasSuffix(k, "#sum") {
 			t.Errorf("%s still reported after Close", k)
 		}
 	}
@@ -159,7 +161,7 @@ func TestQueueInstrumentsPeakEWMA(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer q.Close()
-	const key = "statuspatch.queue.depth.peak_ewma{queue=burst}"
+	const key = "quietpatch.queue.depth.peak_ewma{pipeline=burst}"
 	// A burst of 8 that drains at once is reported at its full height...
 	for i := range 8 {
 		if err := q.TrySend(i); err != nil {
@@ -177,22 +179,5 @@ func TestQueueInstrumentsPeakEWMA(t *testing.T) {
 	clk.SetTime(queueT0.Add(10 * time.Second))
 	if got, want := queueCollect(t, reader)[key], 8*0.36787944117144233; got < want-1e-9 || got > want+1e-9 {
 		t.Errorf("peak_ewma one τ later = %v, want %v", got, want)
-	}
-}
-
-func TestQueueInstrumentsNames(t *testing.T) {
-	// The names are a stable contract: pin them.
-	got := []string{
-		statuspatch.QueueEnqueuedMetric, statuspatch.QueueDequeuedMetric, statuspatch.QueueSupersededMetric,
-		statuspatch.QueueDroppedMetric, statuspatch.QueueDepthMetric, statuspatch.QueueDepthPeakMetric,
-		statuspatch.QueueCapacityMetric, statuspatch.QueueWaitMetric,
-	}
-	want := []string{
-		"statuspatch.queue.enqueued", "statuspatch.queue.dequeued", "statuspatch.queue.superseded",
-		"statuspatch.queue.dropped", "statuspatch.queue.depth", "statuspatch.queue.depth.peak_ewma",
-		"statuspatch.queue.capacity", "statuspatch.queue.wait",
-	}
-	if d := cmp.Diff(want, got); d != "" {
-		t.Errorf("instrument names (-want +got):\n%s", d)
 	}
 }

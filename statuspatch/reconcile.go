@@ -43,10 +43,17 @@ type Patch[P any] struct {
 	Epoch int64
 	// Payload is what the Patcher sends.
 	Payload P
+
+	// desired is the status the patch was built for (the reconciler's S),
+	// so that a later pass that computes the same status while the patch
+	// still waits does not build it again. Nil in patches built by others.
+	desired any
+	// pass is the sequence number of the reconcile pass that built it.
+	pass uint64
 }
 
 // PatchKey returns p.Key. Use it as QueueConfig.Key of the queue between a
-// [Reconciler] and a [Dispatcher]:
+// [Reconciler] and a [Dispatcher] (both require it):
 //
 //	statuspatch.NewPatchQueue(statuspatch.QueueConfig[statuspatch.Patch[P]]{
 //		Capacity: n, Key: statuspatch.PatchKey[P],
@@ -60,8 +67,9 @@ type ReconcilerConfig[O, S, P any] struct {
 	Source Source[O]
 	// Computer computes, compares and patches statuses. Required.
 	Computer StatusComputer[O, S, P]
-	// Queue receives the patches. Required. Its QueueConfig.Key should be
-	// [PatchKey]. Size it with [SuggestCapacity].
+	// Queue receives the patches. Required, built with QueueConfig.Key set
+	// to [PatchKey]: the reconciler relies on the key to replace a waiting
+	// patch of an object with a newer one, even when the queue is full.
 	Queue *PatchQueue[Patch[P]]
 	// Leader tells whether we hold the claim and under which epoch; the
 	// reconciler works only while the claim is current for Leader.Identity().
@@ -79,16 +87,21 @@ type ReconcilerConfig[O, S, P any] struct {
 	// Clock drives the interval ticker and reads the time for leadership
 	// checks and durations. Default the real clock.
 	Clock clock.WithTicker
-	// Logger receives one warning per halted pass, one warning per pass in
-	// which some objects failed, and debug logs per object (with a cmp.Diff
-	// of what changed, computed only when debug is enabled). Nil discards.
+	// Logger receives, at most once a minute, one record about passes
+	// halted on a full queue (info while it is a backlog being drained,
+	// warning once passes have kept halting for longer than max(1 minute,
+	// 3 intervals)); one warning per pass in which some objects failed;
+	// an info record when Run stops; and debug records per object (with a
+	// cmp.Diff of what changed, computed only when debug is enabled). Nil
+	// discards.
 	Logger *slog.Logger
 	// DiffOptions are the go-cmp options of the debug-level diff of a
-	// changed status, e.g. [IgnoreConditionTransitionTime].
+	// changed status, e.g. conditions.IgnoreTransitionTime().
 	DiffOptions []cmp.Option
-	// Meter creates the reconciler's instruments; nil means no-op.
+	// Meter creates the reconciler's instruments (see the package
+	// documentation); nil means none.
 	Meter metric.Meter
-	// Name is the value of the "reconciler" attribute on the reconciler's
+	// Name is the value of the pipeline attribute on the reconciler's
 	// instruments and in its logs; typically the queue's QueueConfig.Name.
 	// Default [DefaultQueueName].
 	Name string
@@ -100,9 +113,10 @@ type PassResult struct {
 	Objects int
 	// Visited is how many objects the pass handled before it ended.
 	Visited int
-	// Unchanged, Changed and Errors split Visited by result. Changed counts
-	// the patches queued.
-	Unchanged, Changed, Errors int
+	// Unchanged, Changed, Queued and Errors split Visited by result.
+	// Changed counts the patches queued; Queued the changed objects whose
+	// identical patch (same epoch, equal desired status) already waited.
+	Unchanged, Changed, Queued, Errors int
 	// Halted reports that the pass stopped because the queue was at
 	// capacity. The next pass resumes after the last object handled.
 	Halted bool
@@ -111,37 +125,65 @@ type PassResult struct {
 	Resumed bool
 }
 
+// ReconcilerStats are a reconciler's counters since construction.
+type ReconcilerStats struct {
+	// Passes counts full passes by result: completed, halted, not_leader,
+	// error (the Source failed), canceled, closed (the queue).
+	Passes map[string]int64
+	// Objects counts objects reconciled (by passes and on demand) by
+	// result: unchanged, changed (a patch was queued), queued (the same
+	// patch already waited), error.
+	Objects map[string]int64
+	// Halted counts passes, and batches of Enqueue'd keys, halted because
+	// the queue was at capacity.
+	Halted int64
+}
+
 // Reconciler turns objects into status patches while this replica is the
 // leader. For each object it computes the desired status and compares it
 // with the current one; an unchanged object costs nothing more. For a
-// changed object it reserves a queue slot, builds the patch and sends it
-// tagged with the epoch of our claim.
+// changed object it reserves room in the queue for the object's key, builds
+// the patch and sends it tagged with the epoch of our claim.
 //
-// Passes. Run makes a full pass every Interval, at once when leadership is
-// gained (a claim current for our identity with an epoch other than the one
-// the last pass ran under), and whenever Enqueue'd keys overflowed
-// MaxPendingKeys. ReconcileAll makes one pass synchronously.
+// Passes. Run makes a full pass every Interval, at once whenever leadership
+// of a new epoch is gained (whether the claim's notification or a tick comes
+// first), and whenever Enqueue'd keys overflowed MaxPendingKeys.
+// ReconcileAll makes one pass synchronously.
 //
-// Queue full. When no slot is free a pass stops at once: one warning is
-// logged (capacity, position, the sizing formula), ReconcileHaltedMetric is
-// incremented, and the key of the last object handled is kept as a cursor.
-// A pass that finds no free slot before its first object halts there,
-// without sorting or computing anything: a stalled dispatcher costs the
-// reconciler no CPU.
-// A pass normally visits objects in the order Source.List returns them; a
-// pass that starts with a cursor sorts them by key (namespace, then name) and
-// starts with the first key after the cursor, wrapping around, so that over
-// successive halted passes every object gets its turn: none starves. A pass
-// that visits every object clears the cursor. Passes interrupted by lost
-// leadership or cancellation leave a cursor too.
+// Latest wins, also at capacity. A changed object whose patch already waits
+// in the queue replaces it ([PatchQueue.ReserveKey]): no free slot is
+// needed, and the waiting patch is superseded, not applied stale. If the
+// waiting patch is already the one the pass would build (same epoch, equal
+// desired status), nothing is built (result queued).
+//
+// Queue full. A pass stops at the first changed object that needs a free
+// slot and finds none: quietpatch.reconcile.halted is incremented and the
+// key of the last object handled is kept as a cursor. A pass that finds the
+// queue full before its first object reconciles only the objects whose
+// patches wait in the queue (so that they are brought up to date), then
+// halts, without listing, sorting or computing anything else: a stalled
+// dispatcher costs the reconciler little CPU. A pass normally visits objects
+// in the order Source.List returns them; a pass that starts with a cursor
+// sorts them by key (namespace, then name) and starts with the first key
+// after the cursor, wrapping around, so that over successive halted passes
+// every object gets its turn: none starves. A pass that visits every
+// object clears the cursor. Passes interrupted by lost leadership or
+// cancellation leave a cursor too.
+//
+// Halts are logged once a minute at most: at info while they are a backlog
+// being drained (a start-up or a storm larger than the queue), as a warning
+// once passes have kept halting for longer than max(1 minute, 3 intervals),
+// and at info again when a pass completes.
 //
 // On demand. Enqueue records a key (for example from an informer's event
 // handler) in a bounded coalescing set; Run reconciles the pending keys
 // between passes. ReconcileKey reconciles one key synchronously.
 //
-// Errors. An object whose Desired or Patch fails is counted as an error and
-// logged at debug level; the pass goes on. A pass with errors logs one
-// warning with the count and the first error.
+// Errors. An object whose Current, Desired, Equal, Key or Patch fails — by
+// returning an error or by panicking — is counted as an error and logged at
+// debug level; its queue reservation, if any, is released; the pass goes
+// on. A pass with errors logs one warning with the count and the first
+// error.
 //
 // Passes and single-key reconciles are serialized: the StatusComputer and
 // the Source are called from one goroutine at a time. All methods are safe
@@ -157,11 +199,16 @@ type Reconciler[O, S, P any] struct {
 	log      *slog.Logger
 	diffOpts []cmp.Option
 	inst     *reconcileInstruments
+	counts   reconcileCounters
 
-	// mu serializes passes and single-key reconciles, and guards cursor.
-	mu        sync.Mutex
-	cursor    types.NamespacedName
-	hasCursor bool
+	// mu serializes passes and single-key reconciles, and guards cursor,
+	// halts and waitingKeys.
+	mu          sync.Mutex
+	cursor      types.NamespacedName
+	hasCursor   bool
+	halts       haltLog
+	waitingKeys []string
+	passSeq     uint64 // of the current or last pass
 
 	// pendingMu guards the on-demand key set.
 	pendingMu  sync.Mutex
@@ -176,36 +223,47 @@ type Reconciler[O, S, P any] struct {
 	runStopErr error
 }
 
+// haltLog is the state of the halted-pass log.
+type haltLog struct {
+	streak  int       // consecutive halted passes
+	since   time.Time // start of the first of them
+	lastLog time.Time // last record about halts
+}
+
 // NewReconciler validates cfg and returns a reconciler; nothing runs until
-// Run, ReconcileAll or ReconcileKey.
+// Run, ReconcileAll or ReconcileKey. An invalid cfg yields a [*ConfigError]
+// naming the field.
 func NewReconciler[O, S, P any](cfg ReconcilerConfig[O, S, P]) (*Reconciler[O, S, P], error) {
+	const s = "ReconcilerConfig"
 	switch {
 	case cfg.Source == nil:
-		return nil, errors.New("statuspatch: ReconcilerConfig.Source must be set")
+		return nil, configErr(s, "Source", "must be set")
 	case cfg.Computer == nil:
-		return nil, errors.New("statuspatch: ReconcilerConfig.Computer must be set")
+		return nil, configErr(s, "Computer", "must be set")
 	case cfg.Queue == nil:
-		return nil, errors.New("statuspatch: ReconcilerConfig.Queue must be set")
+		return nil, configErr(s, "Queue", "must be set")
+	case cfg.Queue.key == nil:
+		return nil, configErr(s, "Queue", "must be built with QueueConfig.Key set to statuspatch.PatchKey: without a key a newer patch of an object cannot replace a waiting one")
 	case cfg.Leader == nil:
-		return nil, errors.New("statuspatch: ReconcilerConfig.Leader must be set")
+		return nil, configErr(s, "Leader", "must be set")
 	case cfg.Leader.Identity() == "":
-		return nil, errors.New("statuspatch: ReconcilerConfig.Leader.Identity() must not be empty")
+		return nil, configErr(s, "Leader", "must have a non-empty Identity()")
 	case cfg.Interval < 0:
-		return nil, fmt.Errorf("statuspatch: ReconcilerConfig.Interval must be >= 0 (0 means 10s), got %s", cfg.Interval)
+		return nil, configErr(s, "Interval", "must be >= 0 (0 means 10s), got %s", cfg.Interval)
 	case cfg.MaxPendingKeys < 0:
-		return nil, fmt.Errorf("statuspatch: ReconcilerConfig.MaxPendingKeys must be >= 0 (0 means the queue's capacity), got %d", cfg.MaxPendingKeys)
+		return nil, configErr(s, "MaxPendingKeys", "must be >= 0 (0 means the queue's capacity), got %d", cfg.MaxPendingKeys)
 	}
 	switch f := any(cfg.Computer).(type) {
 	case ComputerFuncs[O, S, P]:
 		if err := f.validate(); err != nil {
-			return nil, fmt.Errorf("statuspatch: ReconcilerConfig.Computer: %w", err)
+			return nil, configErr(s, "Computer", "%v", err)
 		}
 	case *ComputerFuncs[O, S, P]:
 		if f == nil {
-			return nil, errors.New("statuspatch: ReconcilerConfig.Computer must be set")
+			return nil, configErr(s, "Computer", "must be set")
 		}
 		if err := f.validate(); err != nil {
-			return nil, fmt.Errorf("statuspatch: ReconcilerConfig.Computer: %w", err)
+			return nil, configErr(s, "Computer", "%v", err)
 		}
 	}
 	if cfg.Interval == 0 {
@@ -223,11 +281,7 @@ func NewReconciler[O, S, P any](cfg ReconcilerConfig[O, S, P]) (*Reconciler[O, S
 	if cfg.Name == "" {
 		cfg.Name = DefaultQueueName
 	}
-	inst, err := newReconcileInstruments(cfg.Meter, cfg.Name)
-	if err != nil {
-		return nil, fmt.Errorf("statuspatch: ReconcilerConfig.Meter: %w", err)
-	}
-	return &Reconciler[O, S, P]{
+	r := &Reconciler[O, S, P]{
 		src:        cfg.Source,
 		comp:       cfg.Computer,
 		queue:      cfg.Queue,
@@ -235,15 +289,20 @@ func NewReconciler[O, S, P any](cfg ReconcilerConfig[O, S, P]) (*Reconciler[O, S
 		id:         cfg.Leader.Identity(),
 		interval:   cfg.Interval,
 		clock:      cfg.Clock,
-		log:        cfg.Logger.With(slog.String("reconciler", cfg.Name)),
+		log:        cfg.Logger.With(slog.String(pipelineAttr, cfg.Name)),
 		diffOpts:   append([]cmp.Option(nil), cfg.DiffOptions...),
-		inst:       inst,
 		pending:    make(map[types.NamespacedName]struct{}),
 		spare:      make(map[types.NamespacedName]struct{}),
 		maxPending: cfg.MaxPendingKeys,
 		kick:       make(chan struct{}, 1),
-		runStopErr: fmt.Errorf("%w: Run not called", ErrNotRunning),
-	}, nil
+		runStopErr: fmt.Errorf("%w: Run not called", ErrNotStarted),
+	}
+	inst, err := newReconcileInstruments(cfg.Meter, cfg.Name, &r.counts)
+	if err != nil {
+		return nil, configErr(s, "Meter", "%v", err)
+	}
+	r.inst = inst
+	return r, nil
 }
 
 // objResult is the result of reconciling one object.
@@ -252,41 +311,68 @@ type objResult int
 const (
 	resUnchanged objResult = iota
 	resChanged
+	resQueued // changed; the same patch already waits
 	resError
 	resFull   // no queue slot: the object was not handled
 	resClosed // queue closed: the object was not handled
 )
 
 // reconcileOne handles one object. It allocates nothing when the status is
-// unchanged. err is set for resError, resFull and resClosed.
-func (r *Reconciler[O, S, P]) reconcileOne(ctx context.Context, obj O, epoch int64) (objResult, error) {
+// unchanged. err is set for resError, resFull and resClosed. A panic in the
+// StatusComputer becomes resError, and a reservation taken is released.
+func (r *Reconciler[O, S, P]) reconcileOne(ctx context.Context, obj O, epoch int64) (res objResult, err error) {
+	var (
+		stage  = "Current"
+		permit Permit[Patch[P]]
+	)
+	defer func() {
+		if v := recover(); v != nil {
+			permit.Release()
+			res, err = resError, fmt.Errorf("StatusComputer.%s panicked: %v", stage, v)
+		}
+	}()
 	current := r.comp.Current(obj)
+	stage = "Desired"
 	desired, err := r.comp.Desired(obj)
 	if err != nil {
 		return resError, fmt.Errorf("desired status: %w", err)
 	}
+	stage = "Equal"
 	if r.comp.Equal(current, desired) {
 		return resUnchanged, nil
 	}
-	permit, err := r.queue.Reserve()
+	stage = "Key"
+	key := keyString(r.comp.Key(obj))
+	if w, ok := r.queue.Waiting(key); ok && w.Epoch == epoch {
+		if ws, ok := w.desired.(S); ok {
+			stage = "Equal"
+			if r.comp.Equal(ws, desired) {
+				return resQueued, nil
+			}
+		}
+	}
+	permit, err = r.queue.ReserveKey(key)
 	if err != nil {
 		if errors.Is(err, ErrClosed) {
 			return resClosed, err
 		}
 		return resFull, err
 	}
-	key := r.comp.Key(obj)
+	stage = "Patch"
 	payload, err := r.comp.Patch(obj, desired)
 	if err != nil {
 		permit.Release()
 		return resError, fmt.Errorf("build patch: %w", err)
 	}
-	if err := permit.Send(Patch[P]{Key: keyString(key), Epoch: epoch, Payload: payload}); err != nil {
-		return resClosed, err
+	if err := permit.Send(Patch[P]{Key: key, Epoch: epoch, Payload: payload, desired: desired, pass: r.passSeq}); err != nil {
+		if errors.Is(err, ErrClosed) {
+			return resClosed, err
+		}
+		return resFull, err
 	}
 	if r.log.Enabled(ctx, slog.LevelDebug) {
 		r.log.LogAttrs(ctx, slog.LevelDebug, "statuspatch: status changed, patch queued",
-			slog.String("key", keyString(key)), slog.Int64("epoch", epoch),
+			slog.String("key", key), slog.Int64("epoch", epoch),
 			slog.String("diff", safeDiff(current, desired, r.diffOpts)))
 	}
 	return resChanged, nil
@@ -299,6 +385,14 @@ func keyString(key types.NamespacedName) string {
 		return key.Name
 	}
 	return key.Namespace + "/" + key.Name
+}
+
+// parseKey is the inverse of keyString.
+func parseKey(s string) types.NamespacedName {
+	if ns, name, ok := strings.Cut(s, "/"); ok {
+		return types.NamespacedName{Namespace: ns, Name: name}
+	}
+	return types.NamespacedName{Name: s}
 }
 
 // leaderClaim returns the current claim and whether it is ours now.
@@ -334,12 +428,35 @@ func (r *Reconciler[O, S, P]) ReconcileAll(ctx context.Context) (PassResult, err
 	defer r.mu.Unlock()
 	start := r.clock.Now()
 	res, kind, err := r.pass(ctx)
-	r.inst.duration.Record(ctx, r.clock.Since(start).Seconds(), r.inst.passOpts[kind]...)
+	i := passIndex(kind)
+	r.counts.passes[i].Add(1)
+	r.inst.recordPass(ctx, i, r.clock.Since(start))
+	if kind != passNotLeader && kind != passCanceled && kind != passClosed {
+		r.logHalts(ctx, res, kind == passHalted, start)
+	}
 	return res, err
 }
 
+// count adds one object's result to the counters and to res.
+func (r *Reconciler[O, S, P]) count(res *PassResult, result objResult) {
+	switch result {
+	case resUnchanged:
+		res.Unchanged++
+		r.counts.objects[0].Add(1)
+	case resChanged:
+		res.Changed++
+		r.counts.objects[1].Add(1)
+	case resQueued:
+		res.Queued++
+		r.counts.objects[2].Add(1)
+	case resError:
+		res.Errors++
+		r.counts.objects[3].Add(1)
+	}
+}
+
 // pass does the work of ReconcileAll with r.mu held and reports the pass
-// result for the duration histogram.
+// result.
 func (r *Reconciler[O, S, P]) pass(ctx context.Context) (res PassResult, kind string, err error) {
 	claim, ok := r.leaderClaim()
 	if !ok {
@@ -348,6 +465,15 @@ func (r *Reconciler[O, S, P]) pass(ctx context.Context) (res PassResult, kind st
 	if err := ctx.Err(); err != nil {
 		return res, passCanceled, err
 	}
+	r.passSeq++
+	if r.queue.free() == 0 {
+		// Nothing but the waiting patches can change: refresh them and
+		// halt, without listing or computing anything else.
+		r.refreshWaiting(ctx, claim.Epoch, &res)
+		res.Halted = true
+		r.counts.halted.Add(1)
+		return res, passHalted, fmt.Errorf("statuspatch: reconcile pass halted before its first object (%d waiting patches checked): %w", res.Visited, ErrFull)
+	}
 	objs, err := r.src.List()
 	if err != nil {
 		r.log.LogAttrs(ctx, slog.LevelWarn, "statuspatch: reconcile pass failed: listing objects", slog.Any("error", err))
@@ -355,24 +481,6 @@ func (r *Reconciler[O, S, P]) pass(ctx context.Context) (res PassResult, kind st
 	}
 	n := len(objs)
 	res.Objects = n
-	if n > 0 {
-		// A queue with no free slot halts the pass at its first changed
-		// object: find out before sorting and comparing anything, so that
-		// a stalled dispatcher costs no CPU here.
-		permit, err := r.queue.Reserve()
-		if err != nil {
-			kind := passHalted
-			if errors.Is(err, ErrClosed) {
-				kind = passClosed
-			} else {
-				res.Halted = true
-				r.inst.halted.Add(ctx, 1, r.inst.nameOpts...)
-				r.logHalt(ctx, 0, n, 0)
-			}
-			return res, kind, fmt.Errorf("statuspatch: reconcile pass halted before its first object: %w", err)
-		}
-		permit.Release()
-	}
 	first := 0
 	if r.hasCursor && n > 0 {
 		res.Resumed = true
@@ -412,14 +520,10 @@ func (r *Reconciler[O, S, P]) pass(ctx context.Context) (res PassResult, kind st
 			}
 		}
 		result, err := r.reconcileOne(ctx, objs[i], claim.Epoch)
+		r.count(&res, result)
 		switch result {
-		case resUnchanged:
-			res.Unchanged++
-		case resChanged:
-			res.Changed++
 		case resError:
-			res.Errors++
-			key := r.comp.Key(objs[i])
+			key := r.safeKey(objs[i])
 			if firstErr == nil {
 				firstErr, firstErrKey = err, key
 			}
@@ -430,11 +534,8 @@ func (r *Reconciler[O, S, P]) pass(ctx context.Context) (res PassResult, kind st
 		case resFull:
 			res.Halted = true
 			kind, stopErr = passHalted, fmt.Errorf("statuspatch: reconcile pass halted at object %d of %d: %w", j+1, n, err)
-			r.inst.halted.Add(ctx, 1, r.inst.nameOpts...)
-			if last >= 0 {
-				r.cursor, r.hasCursor = r.comp.Key(objs[last]), true
-			}
-			r.logHalt(ctx, j, n, res.Changed)
+			r.counts.halted.Add(1)
+			r.refreshWaiting(ctx, claim.Epoch, &res)
 		case resClosed:
 			kind, stopErr = passClosed, err
 		}
@@ -446,15 +547,12 @@ func (r *Reconciler[O, S, P]) pass(ctx context.Context) (res PassResult, kind st
 	}
 	if stopErr != nil {
 		if last >= 0 {
-			r.cursor, r.hasCursor = r.comp.Key(objs[last]), true
+			r.cursor, r.hasCursor = r.safeKey(objs[last]), true
 		}
 	} else {
 		r.cursor, r.hasCursor = types.NamespacedName{}, false
 	}
 
-	r.inst.objects.Add(ctx, int64(res.Unchanged), r.inst.objOpts[0]...)
-	r.inst.objects.Add(ctx, int64(res.Changed), r.inst.objOpts[1]...)
-	r.inst.objects.Add(ctx, int64(res.Errors), r.inst.objOpts[2]...)
 	if res.Errors > 0 {
 		r.log.LogAttrs(ctx, slog.LevelWarn, "statuspatch: some objects were not reconciled",
 			slog.Int("errors", res.Errors), slog.Int("objects", n),
@@ -463,39 +561,98 @@ func (r *Reconciler[O, S, P]) pass(ctx context.Context) (res PassResult, kind st
 	if r.log.Enabled(ctx, slog.LevelDebug) {
 		r.log.LogAttrs(ctx, slog.LevelDebug, "statuspatch: reconcile pass done",
 			slog.String("result", kind), slog.Int("objects", n), slog.Int("visited", res.Visited),
-			slog.Int("unchanged", res.Unchanged), slog.Int("changed", res.Changed),
+			slog.Int("unchanged", res.Unchanged), slog.Int("changed", res.Changed), slog.Int("queued", res.Queued),
 			slog.Int("errors", res.Errors), slog.Bool("resumed", res.Resumed), slog.Int64("epoch", claim.Epoch))
 	}
 	return res, kind, stopErr
 }
 
-// logHalt writes the one message of a halted pass.
-// position is the number of objects handled before the halt; the next pass
-// resumes after the cursor.
-func (r *Reconciler[O, S, P]) logHalt(ctx context.Context, position, n, changed int) {
+// refreshWaiting reconciles the objects whose patches wait in the queue
+// from earlier passes, when a pass halts on a full queue: a newer status
+// replaces a waiting patch without a free slot, so the queue never applies
+// a patch a later pass knows to be out of date, however long passes keep
+// halting (a halted pass does not reach the objects before its cursor). It
+// costs a Get and a computation per waiting patch, at most the capacity.
+func (r *Reconciler[O, S, P]) refreshWaiting(ctx context.Context, epoch int64, res *PassResult) {
+	r.waitingKeys = r.queue.appendWaitingKeys(r.waitingKeys[:0])
+	defer clear(r.waitingKeys)
+	for _, k := range r.waitingKeys {
+		if w, ok := r.queue.Waiting(k); !ok || w.pass == r.passSeq {
+			continue // delivered meanwhile, or built by this pass
+		}
+		obj, found, err := r.src.Get(parseKey(k))
+		if err != nil || !found {
+			continue // the patch will fail or be dropped; the next pass sees the object
+		}
+		result, _ := r.reconcileOne(ctx, obj, epoch)
+		r.count(res, result)
+		if result == resClosed {
+			return
+		}
+		if result != resFull {
+			res.Visited++
+		}
+	}
+}
+
+// safeKey returns the object's key, or the zero key if Key panics (the
+// object is then counted as an error by reconcileOne already).
+func (r *Reconciler[O, S, P]) safeKey(obj O) (k types.NamespacedName) {
+	defer func() { _ = recover() }()
+	return r.comp.Key(obj)
+}
+
+// logHalts writes the records about halted passes: see [Reconciler].
+func (r *Reconciler[O, S, P]) logHalts(ctx context.Context, res PassResult, halted bool, now time.Time) {
+	h := &r.halts
+	if !halted {
+		if h.streak > 0 {
+			r.log.LogAttrs(ctx, slog.LevelInfo, "statuspatch: backlog drained: a reconcile pass completed",
+				slog.Int("halted_passes", h.streak), slog.Duration("after", now.Sub(h.since)))
+		}
+		*h = haltLog{}
+		return
+	}
+	if h.streak == 0 {
+		h.since = now
+	}
+	h.streak++
+	if !h.lastLog.IsZero() && now.Sub(h.lastLog) < time.Minute {
+		return
+	}
+	h.lastLog = now
 	resumeAfter := "(none: the next pass starts from the first object listed)"
 	if r.hasCursor {
 		resumeAfter = keyString(r.cursor)
 	}
-	r.log.LogAttrs(ctx, slog.LevelWarn,
-		"statuspatch: reconciliation halted: the patch queue is at capacity; the next pass resumes after the last object handled",
+	attrs := []slog.Attr{
 		slog.Int("capacity", r.queue.Cap()),
-		slog.Int("position", position),
-		slog.Int("objects", n),
-		slog.Int("queued_this_pass", changed),
+		slog.Int("objects", res.Objects),
+		slog.Int("visited", res.Visited),
+		slog.Int("queued_this_pass", res.Changed),
 		slog.String("resume_after", resumeAfter),
+		slog.Int("halted_passes", h.streak),
 		slog.Duration("interval", r.interval),
-		slog.String("hint", "capacity should hold the patches the API server absorbs in one interval: "+
-			"interval / per-patch latency, where latency is at least 1/QPS of the client's rate limiter "+
-			"(statuspatch.SuggestCapacity); raise the capacity, the dispatcher's workers or the client's QPS, "+
-			"or lengthen the interval"))
+	}
+	if now.Sub(h.since) < max(time.Minute, 3*r.interval) {
+		r.log.LogAttrs(ctx, slog.LevelInfo,
+			"statuspatch: backlog: more changed objects than the patch queue holds; passes resume where they stopped until it is drained", attrs...)
+		return
+	}
+	attrs = append(attrs, slog.Duration("halting_for", now.Sub(h.since)), slog.String("hint",
+		"the dispatcher does not drain in one interval what passes produce: "+
+			"capacity should hold the patches the API server absorbs in one interval "+
+			"(interval / per-patch latency, where latency is at least 1/QPS of the client's rate limiter; statuspatch.SuggestCapacity); "+
+			"raise the capacity, the dispatcher's concurrency or the client's QPS, or lengthen the interval"))
+	r.log.LogAttrs(ctx, slog.LevelWarn,
+		"statuspatch: reconcile passes keep halting: the patch queue stays at capacity", attrs...)
 }
 
 // ReconcileKey reconciles the object with key now, if we are the leader. It
 // returns true when a patch was queued. It returns false and nil when the
-// object does not exist or its status is unchanged; an error wrapping
-// [ErrNotLeader], [ErrFull] or [ErrClosed] when no patch could be queued;
-// the Source's error; or the error of Desired or Patch.
+// object does not exist, its status is unchanged, or the same patch already
+// waits; an error wrapping [ErrNotLeader], [ErrFull] or [ErrClosed] when no
+// patch could be queued; the Source's error; or the StatusComputer's error.
 func (r *Reconciler[O, S, P]) ReconcileKey(ctx context.Context, key types.NamespacedName) (bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -516,15 +673,13 @@ func (r *Reconciler[O, S, P]) reconcileKey(ctx context.Context, key types.Namesp
 		return false, nil
 	}
 	result, err := r.reconcileOne(ctx, obj, epoch)
+	var res PassResult
+	r.count(&res, result)
 	switch result {
-	case resUnchanged:
-		r.inst.objects.Add(ctx, 1, r.inst.objOpts[0]...)
+	case resUnchanged, resQueued:
 		return false, nil
 	case resChanged:
-		r.inst.objects.Add(ctx, 1, r.inst.objOpts[1]...)
 		return true, nil
-	case resError:
-		r.inst.objects.Add(ctx, 1, r.inst.objOpts[2]...)
 	}
 	return false, fmt.Errorf("statuspatch: reconcile %s: %w", key, err)
 }
@@ -587,7 +742,7 @@ func (r *Reconciler[O, S, P]) reconcilePending(ctx context.Context, keys map[typ
 		case errors.Is(err, ErrClosed):
 			return err
 		case errors.Is(err, ErrFull):
-			r.inst.halted.Add(ctx, 1, r.inst.nameOpts...)
+			r.counts.halted.Add(1)
 			if r.log.Enabled(ctx, slog.LevelDebug) {
 				r.log.LogAttrs(ctx, slog.LevelDebug, "statuspatch: on-demand reconcile halted: the patch queue is at capacity; the next pass covers the remaining keys",
 					slog.Int("capacity", r.queue.Cap()), slog.Int("pending", len(keys)))
@@ -605,15 +760,16 @@ func (r *Reconciler[O, S, P]) reconcilePending(ctx context.Context, keys map[typ
 
 // Run reconciles while we are the leader until ctx is cancelled, and returns
 // nil then; it returns an error wrapping [ErrClosed] if the queue is closed,
-// and [ErrAlreadyRunning] if called twice. It makes a full pass at every tick
-// of an Interval ticker, one at once whenever leadership is gained (observed
-// through Leader.Subscribe), and reconciles Enqueue'd keys as they come. A
-// tick that comes less than Interval/2 after the start of the last full pass
-// (for example just after the pass made on gaining leadership) is skipped.
+// and [ErrAlreadyStarted] if called twice. It makes a full pass at every
+// tick of an Interval ticker, one at once whenever leadership of a new epoch
+// is gained — observed through Leader.Subscribe or at a tick, whichever
+// comes first — and reconciles Enqueue'd keys as they come. A tick that
+// comes less than Interval/2 after the start of the last full pass (for
+// example just after the pass made on gaining leadership) is skipped.
 // While we are not the leader Run only waits.
 func (r *Reconciler[O, S, P]) Run(ctx context.Context) error {
 	if !r.started.CompareAndSwap(false, true) {
-		return ErrAlreadyRunning
+		return ErrAlreadyStarted
 	}
 	changes, unsubscribe := r.leader.Subscribe()
 	defer unsubscribe()
@@ -622,11 +778,12 @@ func (r *Reconciler[O, S, P]) Run(ctx context.Context) error {
 
 	r.setRunning(true, nil)
 	err := r.loop(ctx, changes, ticker.C())
-	reason := err
-	if reason == nil {
-		reason = ctx.Err()
+	reason := "context cancelled"
+	if err != nil {
+		reason = err.Error()
 	}
-	r.setRunning(false, fmt.Errorf("%w: reconciler stopped: %v", ErrNotRunning, reason))
+	r.setRunning(false, fmt.Errorf("%w: reconciler stopped: %s", ErrStopped, reason))
+	r.log.LogAttrs(context.Background(), slog.LevelInfo, "statuspatch: reconciler stopped", slog.String("reason", reason))
 	return err
 }
 
@@ -645,17 +802,22 @@ func (r *Reconciler[O, S, P]) loop(ctx context.Context, changes <-chan leader.Cl
 		}
 		return nil
 	}
-	// observe reacts to a claim: a pass when leadership is gained.
-	observe := func(c leader.Claim) error {
-		now := c.IsCurrentFor(r.id, r.clock.Now())
-		gained := now && (!leading || c.Epoch != epoch)
-		leading, epoch = now, c.Epoch
-		if gained {
+	// handle reacts to a claim, from a notification or read at a tick: a
+	// pass when leadership of a new epoch is gained, whichever way it is
+	// first seen; at a tick, the periodic pass.
+	handle := func(c leader.Claim, tick bool) error {
+		cur := c.IsCurrentFor(r.id, r.clock.Now())
+		gained := cur && (!leading || c.Epoch != epoch)
+		leading, epoch = cur, c.Epoch
+		switch {
+		case gained:
+			return full()
+		case tick && cur && (lastStart.IsZero() || r.clock.Since(lastStart) >= r.interval/2):
 			return full()
 		}
 		return nil
 	}
-	if err := observe(r.leader.Current()); err != nil {
+	if err := handle(r.leader.Current(), false); err != nil {
 		return err
 	}
 	for {
@@ -667,16 +829,11 @@ func (r *Reconciler[O, S, P]) loop(ctx context.Context, changes <-chan leader.Cl
 				changes = nil
 				continue
 			}
-			if err := observe(c); err != nil {
+			if err := handle(c, false); err != nil {
 				return err
 			}
 		case <-ticks:
-			c := r.leader.Current()
-			leading, epoch = c.IsCurrentFor(r.id, r.clock.Now()), c.Epoch
-			if !leading || (!lastStart.IsZero() && r.clock.Since(lastStart) < r.interval/2) {
-				continue
-			}
-			if err := full(); err != nil {
+			if err := handle(r.leader.Current(), true); err != nil {
 				return err
 			}
 		case <-r.kick:
@@ -707,8 +864,9 @@ func (r *Reconciler[O, S, P]) setRunning(running bool, stopErr error) {
 }
 
 // Healthy reports whether Run is running: nil while it is, an error wrapping
-// [ErrNotRunning] (with the reason) before it was called and after it
-// returned. A reconciler that is not the leader is healthy: it waits.
+// [ErrNotStarted] before it was called and [ErrStopped] (with the reason)
+// after it returned. A reconciler that is not the leader is healthy: it
+// waits.
 func (r *Reconciler[O, S, P]) Healthy() error {
 	r.runningMu.Lock()
 	defer r.runningMu.Unlock()
@@ -716,4 +874,24 @@ func (r *Reconciler[O, S, P]) Healthy() error {
 		return nil
 	}
 	return r.runStopErr
+}
+
+// Stats returns the reconciler's counters.
+func (r *Reconciler[O, S, P]) Stats() ReconcilerStats {
+	s := ReconcilerStats{
+		Passes:  make(map[string]int64, numPassResults),
+		Objects: make(map[string]int64, numObjResults),
+		Halted:  r.counts.halted.Load(),
+	}
+	for i, k := range passResults() {
+		if n := r.counts.passes[i].Load(); n > 0 {
+			s.Passes[k] = n
+		}
+	}
+	for i, k := range objResults() {
+		if n := r.counts.objects[i].Load(); n > 0 {
+			s.Objects[k] = n
+		}
+	}
+	return s
 }

@@ -72,6 +72,14 @@ func (f *fakeObserver) Set(c leader.Claim) {
 	}
 }
 
+// setSilently changes the claim Current returns without notifying the
+// subscribers (yet): a notification delayed behind a tick.
+func (f *fakeObserver) setSilently(c leader.Claim) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.claim = c
+}
+
 // pendingClaims is the number of claims sent and not yet received.
 func (f *fakeObserver) pendingClaims() int {
 	f.mu.Lock()
@@ -112,14 +120,49 @@ func readyCond(gen int64) metav1.Condition {
 // tComputer is the StatusComputer of tObj.
 type tComputer struct {
 	desiredCalls atomic.Int64
-	onDesired    func(o *tObj) // optional hook
+	onDesired    func(o *tObj)     // optional hook
+	panicOn      map[string]string // object name -> method that panics for it
 }
 
-func (c *tComputer) Key(o *tObj) types.NamespacedName   { return o.Key }
-func (c *tComputer) Current(o *tObj) []metav1.Condition { return o.Conds }
-func (c *tComputer) Equal(a, b []metav1.Condition) bool { return ConditionsEqual(a, b) }
+func (c *tComputer) maybePanic(o *tObj, method string) {
+	if c.panicOn[o.Key.Name] == method {
+		panic("test panic in " + method)
+	}
+}
+
+func (c *tComputer) Key(o *tObj) types.NamespacedName {
+	c.maybePanic(o, "Key")
+	return o.Key
+}
+func (c *tComputer) Current(o *tObj) []metav1.Condition {
+	c.maybePanic(o, "Current")
+	return o.Conds
+}
+func (c *tComputer) Equal(a, b []metav1.Condition) bool {
+	if len(b) == 1 && b[0].Reason == "panic-equal" {
+		panic("test panic in Equal")
+	}
+	return typedConditionsEqual(a, b)
+}
+
+// typedConditionsEqual compares condition lists in order, ignoring
+// LastTransitionTime (package conditions, which has the real one, imports
+// this package).
+func typedConditionsEqual(a, b []metav1.Condition) bool {
+	return slices.EqualFunc(a, b, func(x, y metav1.Condition) bool {
+		return x.Type == y.Type && x.Status == y.Status && x.Reason == y.Reason &&
+			x.Message == y.Message && x.ObservedGeneration == y.ObservedGeneration
+	})
+}
+
 func (c *tComputer) Desired(o *tObj) ([]metav1.Condition, error) {
 	c.desiredCalls.Add(1)
+	c.maybePanic(o, "Desired")
+	if c.panicOn[o.Key.Name] == "Equal" {
+		cond := readyCond(o.Gen)
+		cond.Reason = "panic-equal"
+		return []metav1.Condition{cond}, nil
+	}
 	if c.onDesired != nil {
 		c.onDesired(o)
 	}
@@ -129,6 +172,7 @@ func (c *tComputer) Desired(o *tObj) ([]metav1.Condition, error) {
 	return []metav1.Condition{readyCond(o.Gen)}, nil
 }
 func (c *tComputer) Patch(o *tObj, desired []metav1.Condition) (tPayload, error) {
+	c.maybePanic(o, "Patch")
 	return tPayload{Key: keyString(o.Key), Gen: desired[0].ObservedGeneration}, nil
 }
 
@@ -297,6 +341,12 @@ func (m *testMeter) value(t testing.TB, name, key, val string) int64 {
 			}
 			switch d := md.Data.(type) {
 			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					if match(p.Attributes) {
+						total += p.Value
+					}
+				}
+			case metricdata.Gauge[int64]:
 				for _, p := range d.DataPoints {
 					if match(p.Attributes) {
 						total += p.Value

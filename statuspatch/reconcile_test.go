@@ -131,13 +131,19 @@ func TestReconcileAllQueuesOnlyChanged(t *testing.T) {
 	for _, c := range []struct {
 		result string
 		want   int64
-	}{{objUnchanged, 2}, {objChanged, 3}, {objError, 0}} {
-		if v := r.meter.value(t, ReconcileObjectsMetric, ResultAttrKey, c.result); v != c.want {
-			t.Errorf("%s{result=%s} = %d, want %d", ReconcileObjectsMetric, c.result, v, c.want)
+	}{{objUnchanged, 2}, {objChanged, 3}, {objQueued, 0}, {objError, 0}} {
+		if v := r.meter.value(t, reconcileObjectsMetric, resultAttr, c.result); v != c.want {
+			t.Errorf("%s{result=%s} = %d, want %d", reconcileObjectsMetric, c.result, v, c.want)
+		}
+		if v := r.rec.Stats().Objects[c.result]; v != c.want {
+			t.Errorf("Stats().Objects[%s] = %d, want %d", c.result, v, c.want)
 		}
 	}
-	if v := r.meter.value(t, ReconcileDurationMetric, ResultAttrKey, passCompleted); v != 1 {
-		t.Errorf("%s{result=completed} count = %d, want 1", ReconcileDurationMetric, v)
+	if v := r.meter.value(t, reconcileDurationMetric, resultAttr, passCompleted); v != 1 {
+		t.Errorf("%s{result=completed} count = %d, want 1", reconcileDurationMetric, v)
+	}
+	if v := r.meter.value(t, reconcilePassesMetric, resultAttr, passCompleted); v != 1 || r.rec.Stats().Passes[passCompleted] != 1 {
+		t.Errorf("%s{result=completed} = %d (Stats %d), want 1", reconcilePassesMetric, v, r.rec.Stats().Passes[passCompleted])
 	}
 	if w := r.logs.records(slog.LevelInfo); len(w) != 0 {
 		t.Errorf("logs at info and above = %+v, want none", w)
@@ -153,7 +159,20 @@ func TestReconcileAllQueuesOnlyChanged(t *testing.T) {
 	}
 }
 
-func TestReconcileHaltsOnFullQueueWithOneLogLine(t *testing.T) {
+// haltRecords returns the records about halted passes at or above level.
+func (r *rig) haltRecords(level slog.Level) []logRecord {
+	var out []logRecord
+	for _, rec := range r.logs.records(level) {
+		if strings.Contains(rec.Message, "backlog") || strings.Contains(rec.Message, "keep halting") {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+// The first halted pass — a start-up backlog larger than the queue — is
+// normal: one info record, no warning.
+func TestReconcileHaltsOnFullQueueWithOneInfoRecord(t *testing.T) {
 	r := newRig(t, 3, changedObjs(names(10)...))
 	r.lead(1)
 
@@ -165,27 +184,75 @@ func TestReconcileHaltsOnFullQueueWithOneLogLine(t *testing.T) {
 	if res != want {
 		t.Errorf("result = %+v, want %+v", res, want)
 	}
-	warns := r.logs.records(slog.LevelWarn)
-	if len(warns) != 1 {
-		t.Fatalf("got %d log lines at warn and above, want exactly 1: %+v", len(warns), warns)
+	if w := r.logs.records(slog.LevelWarn); len(w) != 0 {
+		t.Errorf("warnings %+v, want none for a first halt", w)
 	}
-	w := warns[0]
-	if !strings.Contains(w.Message, "halted") || !strings.Contains(w.Message, "capacity") {
-		t.Errorf("message %q does not say the pass halted at capacity", w.Message)
+	recs := r.haltRecords(slog.LevelInfo)
+	if len(recs) != 1 {
+		t.Fatalf("got %d records about the halt, want exactly 1: %+v", len(recs), recs)
 	}
-	for k, v := range map[string]string{"capacity": "3", "position": "3", "objects": "10", "resume_after": "ns/o02"} {
+	w := recs[0]
+	if w.Level != slog.LevelInfo || !strings.Contains(w.Message, "backlog") {
+		t.Errorf("record %q at %s, want an info record about a backlog", w.Message, w.Level)
+	}
+	for k, v := range map[string]string{"capacity": "3", "visited": "3", "objects": "10", "resume_after": "ns/o02", "halted_passes": "1"} {
 		if w.Attrs[k] != v {
 			t.Errorf("attr %s = %q, want %q", k, w.Attrs[k], v)
 		}
 	}
-	if !strings.Contains(w.Attrs["hint"], "SuggestCapacity") {
-		t.Errorf("hint %q does not point at SuggestCapacity", w.Attrs["hint"])
+	if v := r.meter.value(t, reconcileHaltedMetric, "", ""); v != 1 {
+		t.Errorf("%s = %d, want 1", reconcileHaltedMetric, v)
 	}
-	if v := r.meter.value(t, ReconcileHaltedMetric, "", ""); v != 1 {
-		t.Errorf("%s = %d, want 1", ReconcileHaltedMetric, v)
+	if v := r.meter.value(t, reconcileDurationMetric, resultAttr, passHalted); v != 1 {
+		t.Errorf("%s{result=halted} count = %d, want 1", reconcileDurationMetric, v)
 	}
-	if v := r.meter.value(t, ReconcileDurationMetric, ResultAttrKey, passHalted); v != 1 {
-		t.Errorf("%s{result=halted} count = %d, want 1", ReconcileDurationMetric, v)
+}
+
+// Passes that keep halting log at most once a minute: info while a backlog
+// drains, a warning with the sizing hint once they have halted for longer
+// than max(1 minute, 3 intervals), and one info record when a pass
+// completes again.
+func TestReconcileHaltLogsOncePerMinuteThenWarns(t *testing.T) {
+	r := newRig(t, 1, changedObjs(names(3)...)) // interval 10s: warn after 1 minute
+	r.lead(1)
+	pass := func() {
+		t.Helper()
+		if _, err := r.rec.ReconcileAll(context.Background()); !errors.Is(err, ErrFull) {
+			t.Fatalf("pass: %v, want halted", err)
+		}
+	}
+	// Six passes in the first 50 s: one record.
+	for range 6 {
+		pass()
+		r.clock.Step(10 * time.Second)
+	}
+	if recs := r.haltRecords(slog.LevelDebug); len(recs) != 1 || recs[0].Level != slog.LevelInfo {
+		t.Fatalf("records in the first 50s: %+v, want one at info", recs)
+	}
+	// 60 s after the first halt: a warning with the hint.
+	r.clock.Step(10 * time.Second)
+	pass()
+	warns := r.logs.records(slog.LevelWarn)
+	if len(warns) != 1 || !strings.Contains(warns[0].Message, "keep halting") || !strings.Contains(warns[0].Attrs["hint"], "SuggestCapacity") {
+		t.Fatalf("warnings after a minute of halts: %+v, want one with the sizing hint", warns)
+	}
+	if warns[0].Attrs["halted_passes"] != "7" {
+		t.Errorf("halted_passes = %q, want 7", warns[0].Attrs["halted_passes"])
+	}
+	// The queue drains, the objects are unchanged: a pass completes.
+	r.drain(t)
+	for _, o := range r.src.objs {
+		o.Conds = []metav1.Condition{readyCond(o.Gen)}
+	}
+	if _, err := r.rec.ReconcileAll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	recs := r.haltRecords(slog.LevelInfo)
+	if last := recs[len(recs)-1]; !strings.Contains(last.Message, "drained") || last.Level != slog.LevelInfo {
+		t.Errorf("last record %q at %s, want the backlog drained at info", last.Message, last.Level)
+	}
+	if len(recs) != 3 {
+		t.Errorf("%d records in all, want 3 (backlog, keep halting, drained): %+v", len(recs), recs)
 	}
 }
 
@@ -228,8 +295,8 @@ func TestReconcileResumesAfterCursor(t *testing.T) {
 			t.Errorf("%s: queued %v, want %v", s.name, got, s.wantKeys)
 		}
 	}
-	if n := len(r.logs.records(slog.LevelWarn)); n != 4 {
-		t.Errorf("warnings = %d, want one per halted pass (4)", n)
+	if n := len(r.haltRecords(slog.LevelInfo)); n != 2 {
+		t.Errorf("records about halts = %d, want 2 (a backlog, drained): at most one a minute", n)
 	}
 }
 
@@ -262,8 +329,8 @@ func TestReconcileObjectErrorsDoNotStopPass(t *testing.T) {
 	if debugErrs != 2 {
 		t.Errorf("debug error lines = %d, want 2", debugErrs)
 	}
-	if v := r.meter.value(t, ReconcileObjectsMetric, ResultAttrKey, objError); v != 2 {
-		t.Errorf("%s{result=error} = %d, want 2", ReconcileObjectsMetric, v)
+	if v := r.meter.value(t, reconcileObjectsMetric, resultAttr, objError); v != 2 {
+		t.Errorf("%s{result=error} = %d, want 2", reconcileObjectsMetric, v)
 	}
 }
 
@@ -517,18 +584,18 @@ func TestRunReturnsWhenQueueClosed(t *testing.T) {
 	if !errors.Is(err, ErrClosed) {
 		t.Fatalf("Run = %v, want ErrClosed", err)
 	}
-	if h := r.rec.Healthy(); !errors.Is(h, ErrNotRunning) {
-		t.Errorf("Healthy after Run returned = %v, want ErrNotRunning", h)
+	if h := r.rec.Healthy(); !errors.Is(h, ErrStopped) {
+		t.Errorf("Healthy after Run returned = %v, want ErrStopped", h)
 	}
-	if err := r.rec.Run(context.Background()); !errors.Is(err, ErrAlreadyRunning) {
-		t.Errorf("second Run = %v, want ErrAlreadyRunning", err)
+	if err := r.rec.Run(context.Background()); !errors.Is(err, ErrAlreadyStarted) {
+		t.Errorf("second Run = %v, want ErrAlreadyStarted", err)
 	}
 }
 
 func TestReconcilerHealthy(t *testing.T) {
 	r := newRig(t, 10, nil)
-	if err := r.rec.Healthy(); !errors.Is(err, ErrNotRunning) {
-		t.Errorf("Healthy before Run = %v, want ErrNotRunning", err)
+	if err := r.rec.Healthy(); !errors.Is(err, ErrNotStarted) {
+		t.Errorf("Healthy before Run = %v, want ErrNotStarted", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -538,8 +605,8 @@ func TestReconcilerHealthy(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Errorf("Run = %v, want nil after cancel", err)
 	}
-	if err := r.rec.Healthy(); !errors.Is(err, ErrNotRunning) {
-		t.Errorf("Healthy after Run = %v, want ErrNotRunning", err)
+	if err := r.rec.Healthy(); !errors.Is(err, ErrStopped) {
+		t.Errorf("Healthy after Run = %v, want ErrStopped", err)
 	}
 }
 
@@ -561,7 +628,8 @@ func TestNewReconcilerValidation(t *testing.T) {
 		{"no computer", func(c *tReconcilerConfig) { c.Computer = nil }, "ReconcilerConfig.Computer"},
 		{"no queue", func(c *tReconcilerConfig) { c.Queue = nil }, "ReconcilerConfig.Queue"},
 		{"no leader", func(c *tReconcilerConfig) { c.Leader = nil }, "ReconcilerConfig.Leader"},
-		{"empty identity", func(c *tReconcilerConfig) { c.Leader = newFakeObserver("") }, "ReconcilerConfig.Leader.Identity"},
+		{"empty identity", func(c *tReconcilerConfig) { c.Leader = newFakeObserver("") }, "ReconcilerConfig.Leader must have a non-empty Identity()"},
+		{"queue without key", func(c *tReconcilerConfig) { c.Queue = keylessQueue(t) }, "ReconcilerConfig.Queue must be built with QueueConfig.Key"},
 		{"negative interval", func(c *tReconcilerConfig) { c.Interval = -time.Second }, "ReconcilerConfig.Interval"},
 		{"negative pending", func(c *tReconcilerConfig) { c.MaxPendingKeys = -1 }, "ReconcilerConfig.MaxPendingKeys"},
 		{"incomplete ComputerFuncs", func(c *tReconcilerConfig) {
@@ -580,11 +648,15 @@ func TestNewReconcilerValidation(t *testing.T) {
 				t.Errorf("default interval = %s, want 10s", r.interval)
 			case c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)):
 				t.Errorf("err = %v, want one naming %s", err, c.wantErr)
+			case c.wantErr != "" && !errors.Is(err, ErrInvalidConfig):
+				t.Errorf("err = %v does not wrap ErrInvalidConfig", err)
 			}
 		})
 	}
 }
 
+// A pass that finds the queue full lists and computes nothing, except the
+// objects whose patches wait (so that a newer status replaces them).
 func TestReconcileFullQueueAtStartHaltsBeforeComputing(t *testing.T) {
 	r := newRig(t, 1, changedObjs(names(5)...))
 	r.lead(1)
@@ -598,34 +670,175 @@ func TestReconcileFullQueueAtStartHaltsBeforeComputing(t *testing.T) {
 	if n := r.comp.desiredCalls.Load(); n != 0 {
 		t.Errorf("Desired called %d times with no free slot", n)
 	}
-	warns := r.logs.records(slog.LevelWarn)
-	if len(warns) != 1 || warns[0].Attrs["position"] != "0" {
-		t.Errorf("warnings = %+v, want one at position 0", warns)
+	if n := r.src.lists.Load(); n != 0 {
+		t.Errorf("listed %d times with no free slot", n)
 	}
-	if v := r.meter.value(t, ReconcileHaltedMetric, "", ""); v != 1 {
-		t.Errorf("%s = %d, want 1", ReconcileHaltedMetric, v)
+	if recs := r.haltRecords(slog.LevelInfo); len(recs) != 1 || recs[0].Attrs["visited"] != "0" {
+		t.Errorf("records = %+v, want one with visited 0", recs)
+	}
+	if v := r.meter.value(t, reconcileHaltedMetric, "", ""); v != 1 {
+		t.Errorf("%s = %d, want 1", reconcileHaltedMetric, v)
 	}
 }
 
-func TestReconcileUnchangedDoesNotAllocate(t *testing.T) {
-	objs := benchObjs(1000, false)
-	q, err := NewPatchQueue(QueueConfig[Patch[benchPatch]]{Capacity: 1, Key: PatchKey[benchPatch]})
-	if err != nil {
+// The reviewer's case: capacity 1, "v1" waits, "v2" is wanted. The newer
+// status replaces the waiting patch although the queue is full: superseded,
+// not dropped, no halt of a pass that has nothing else to do.
+func TestReconcileReplacesWaitingPatchAtCapacity(t *testing.T) {
+	objs := changedObjs("a")
+	r := newRig(t, 1, objs)
+	r.lead(1)
+	if _, err := r.rec.ReconcileAll(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	rec, err := NewReconciler(ReconcilerConfig[*benchObj, []metav1.Condition, benchPatch]{
-		Source: sliceSource[*benchObj]{objs}, Computer: &benchComputer{equal: ConditionsEqual},
-		Queue: q, Leader: staticLeader{},
-	})
-	if err != nil {
-		t.Fatal(err)
+	r.src.set(&tObj{Key: objs[0].Key, RV: "2", Gen: 2})
+	res, _ := r.rec.ReconcileAll(context.Background())
+	if res.Changed != 1 {
+		t.Errorf("second pass %+v, want the object changed (its patch replaced)", res)
 	}
-	allocs := testing.AllocsPerRun(20, func() {
-		if res, err := rec.ReconcileAll(context.Background()); err != nil || res.Unchanged != len(objs) {
-			t.Fatalf("pass: %+v, %v", res, err)
+	st := r.queue.Stats()
+	if st.Superseded != 1 || st.DroppedFull != 0 {
+		t.Errorf("queue stats %+v: want 1 superseded, 0 dropped", st)
+	}
+	if got := r.drain(t); len(got) != 1 || got[0].Payload.Gen != 2 {
+		t.Fatalf("queue delivers %+v, want the generation-2 patch only", got)
+	}
+}
+
+// Same, behind a cursor: a pass that halts does not reach the objects
+// before its cursor, so it refreshes the patches waiting from earlier
+// passes itself.
+func TestReconcileHaltedPassRefreshesOlderWaitingPatches(t *testing.T) {
+	objs := changedObjs("a", "b", "c", "d")
+	r := newRig(t, 2, objs)
+	r.lead(1)
+	if _, err := r.rec.ReconcileAll(context.Background()); !errors.Is(err, ErrFull) {
+		t.Fatalf("first pass: %v, want halted (a and b queued)", err)
+	}
+	// The dispatcher takes a; b changes.
+	it, ok, _ := r.queue.TryReceive()
+	if !ok || it.Value.Key != "ns/a" {
+		t.Fatalf("received %+v, want ns/a", it.Value)
+	}
+	defer r.queue.Done(it)
+	r.src.set(&tObj{Key: objs[1].Key, RV: "2", Gen: 2})
+	// Second pass: resumes after b (c queued, d halts), then refreshes b.
+	res, err := r.rec.ReconcileAll(context.Background())
+	if !errors.Is(err, ErrFull) || !res.Resumed {
+		t.Fatalf("second pass %+v, %v; want resumed and halted", res, err)
+	}
+	if w, ok := r.queue.Waiting("ns/b"); !ok || w.Payload.Gen != 2 {
+		t.Errorf("waiting patch of b: %+v, want generation 2", w.Payload)
+	}
+	if w, ok := r.queue.Waiting("ns/c"); !ok || w.Payload.Gen != 1 {
+		t.Errorf("waiting patch of c: %+v %v, want generation 1", w.Payload, ok)
+	}
+}
+
+// A pass that computes the status a waiting patch already carries builds
+// nothing (result queued): no rebuild, no supersede.
+func TestReconcileDoesNotRebuildAnIdenticalWaitingPatch(t *testing.T) {
+	r := newRig(t, 10, changedObjs("a", "b"))
+	r.lead(1)
+	for range 3 {
+		if _, err := r.rec.ReconcileAll(context.Background()); err != nil {
+			t.Fatal(err)
 		}
-	})
-	if allocs != 0 {
-		t.Errorf("a pass over %d unchanged objects allocates %v times, want 0", len(objs), allocs)
+	}
+	st := r.rec.Stats()
+	if st.Objects[objChanged] != 2 || st.Objects[objQueued] != 4 {
+		t.Errorf("objects %v, want 2 changed then 4 queued", st.Objects)
+	}
+	if qs := r.queue.Stats(); qs.Superseded != 0 || qs.Enqueued != 2 {
+		t.Errorf("queue %+v, want 2 enqueued and none superseded", qs)
+	}
+	// Under a new epoch the waiting patches are stale: rebuilt.
+	r.lead(2)
+	if _, err := r.rec.ReconcileAll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if qs := r.queue.Stats(); qs.Superseded != 2 {
+		t.Errorf("after a new epoch: %d superseded, want 2", qs.Superseded)
+	}
+}
+
+// A panic in the StatusComputer is an error for that object; its
+// reservation is released and the pass goes on.
+func TestReconcileRecoversFromComputerPanics(t *testing.T) {
+	for _, stage := range []string{"Current", "Desired", "Equal", "Key", "Patch"} {
+		t.Run(stage, func(t *testing.T) {
+			objs := changedObjs("a", "boom", "c")
+			r := newRig(t, 3, objs)
+			r.lead(1)
+			r.comp.panicOn = map[string]string{"boom": stage}
+			res, err := r.rec.ReconcileAll(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Errors != 1 || res.Changed != 2 {
+				t.Errorf("result %+v, want 1 error and 2 changed", res)
+			}
+			if st := r.queue.Stats(); st.Reserved != 0 || st.Depth != 2 {
+				t.Errorf("queue %+v: want no reservation left, 2 waiting", st)
+			}
+			warns := r.logs.records(slog.LevelWarn)
+			if len(warns) != 1 || !strings.Contains(warns[0].Attrs["first_error"], "StatusComputer."+stage+" panicked") {
+				t.Errorf("warnings %+v, want one naming the panic in %s", warns, stage)
+			}
+		})
+	}
+}
+
+// The pass on gaining leadership of a new epoch must not depend on the order
+// in which a tick and the claim's notification arrive. Here the tick comes
+// first, half an interval after the last pass — the case where the periodic
+// pass is skipped as too soon — and sees the new epoch in Current(): it must
+// make the pass at once; the notification that follows must not make a
+// second one.
+func TestRunPassOnRegainingLeadershipTickBeforeNotification(t *testing.T) {
+	r := newRig(t, 100, changedObjs(names(3)...))
+	r.startRun(t)
+	r.clock.Step(9 * time.Second)
+	r.lead(1)
+	waitFor(t, "the pass on gaining epoch 1", func() bool { return r.src.lists.Load() == 1 })
+	r.drain(t)
+	r.obs.Set(leader.Claim{Holder: "other", Expiry: r.clock.Now().Add(time.Hour), Epoch: 2})
+	waitFor(t, "the loss to be consumed", func() bool { return r.obs.pendingClaims() == 0 })
+
+	regained := leader.Claim{Holder: "me", Expiry: r.clock.Now().Add(time.Hour), Epoch: 3}
+	r.obs.setSilently(regained)   // Current() says so; no notification yet
+	r.clock.Step(1 * time.Second) // the tick at 10s, 1s after the last pass
+	waitFor(t, "the pass on regaining leadership, at the tick", func() bool { return r.src.lists.Load() == 2 })
+	for _, p := range r.drain(t) {
+		if p.Epoch != 3 {
+			t.Errorf("patch %s epoch %d, want 3", p.Key, p.Epoch)
+		}
+	}
+	r.obs.Set(regained) // the late notification
+	waitFor(t, "the notification to be consumed", func() bool { return r.obs.pendingClaims() == 0 })
+	r.rec.Enqueue(types.NamespacedName{Namespace: "ns", Name: "o00"}) // handled after it
+	waitFor(t, "the enqueued key", func() bool { return r.src.gets.Load() == 1 })
+	if n := r.src.lists.Load(); n != 2 {
+		t.Errorf("%d passes, want 2: the late notification of an epoch already seen made another", n)
+	}
+}
+
+// The other order: the notification first, then a tick within half an
+// interval: one pass, made at once.
+func TestRunPassOnRegainingLeadershipNotificationBeforeTick(t *testing.T) {
+	r := newRig(t, 100, changedObjs(names(3)...))
+	r.startRun(t)
+	r.clock.Step(9 * time.Second)
+	r.lead(1)
+	waitFor(t, "the pass on gaining epoch 1", func() bool { return r.src.lists.Load() == 1 })
+	r.obs.Set(leader.Claim{Holder: "other", Expiry: r.clock.Now().Add(time.Hour), Epoch: 2})
+	waitFor(t, "the loss to be consumed", func() bool { return r.obs.pendingClaims() == 0 })
+	r.lead(3)
+	waitFor(t, "the pass on regaining leadership", func() bool { return r.src.lists.Load() == 2 })
+	r.clock.Step(1 * time.Second) // tick at 10s: too soon after the pass
+	r.rec.Enqueue(types.NamespacedName{Namespace: "ns", Name: "o00"})
+	waitFor(t, "the enqueued key", func() bool { return r.src.gets.Load() == 1 })
+	if n := r.src.lists.Load(); n != 2 {
+		t.Errorf("%d passes, want 2", n)
 	}
 }

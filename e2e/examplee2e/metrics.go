@@ -17,18 +17,18 @@ import (
 // in _seconds; see the statuspatch package documentation for what each
 // means).
 const (
-	MetricQueueDepth        = "statuspatch_queue_depth"                // items waiting
-	MetricQueueDepthEWMA    = "statuspatch_queue_depth_peak_ewma"      // Peak-EWMA of depth
-	MetricQueueCapacity     = "statuspatch_queue_capacity"             // capacity
-	MetricQueueDropped      = "statuspatch_queue_dropped_total"        // by reason
-	MetricQueueEnqueued     = "statuspatch_queue_enqueued_total"       // accepted sends
-	MetricQueueSuperseded   = "statuspatch_queue_superseded_total"     // coalesced
-	MetricReconcileDuration = "statuspatch_reconcile_duration_seconds" // one sample per full pass
-	MetricReconcileObjects  = "statuspatch_reconcile_objects_total"    // by result
-	MetricReconcileHalted   = "statuspatch_reconcile_halted_total"     // passes halted on a full queue
-	MetricDispatchPatches   = "statuspatch_dispatch_patches_total"     // patch calls by outcome
-	MetricDispatchDropped   = "statuspatch_dispatch_dropped_total"     // dequeued, not applied, by reason
-	MetricDispatchInFlight  = "statuspatch_dispatch_in_flight"         // patch calls in progress
+	MetricQueueDepth        = "quietpatch_queue_depth"                // items waiting
+	MetricQueueDepthEWMA    = "quietpatch_queue_depth_peak_ewma"      // Peak-EWMA of depth
+	MetricQueueCapacity     = "quietpatch_queue_capacity"             // capacity
+	MetricQueueDropped      = "quietpatch_queue_dropped_total"        // by reason
+	MetricQueueEnqueued     = "quietpatch_queue_enqueued_total"       // accepted sends
+	MetricQueueSuperseded   = "quietpatch_queue_superseded_total"     // coalesced
+	MetricReconcileDuration = "quietpatch_reconcile_duration_seconds" // one sample per full pass
+	MetricReconcileObjects  = "quietpatch_reconcile_objects_total"    // by result
+	MetricReconcileHalted   = "quietpatch_reconcile_halted_total"     // passes halted on a full queue
+	MetricDispatchPatches   = "quietpatch_dispatch_patches_total"     // patch calls by outcome
+	MetricDispatchDropped   = "quietpatch_dispatch_dropped_total"     // dequeued, not applied, by reason
+	MetricDispatchInFlight  = "quietpatch_dispatch_in_flight"         // patch calls in progress
 )
 
 // PatchFilter selects the status patches of HTTPRoutes in the API server's

@@ -109,19 +109,19 @@ func TestCensus(t *testing.T) {
 }
 
 func TestMetrics(t *testing.T) {
-	const text = `# TYPE statuspatch_queue_depth gauge
-statuspatch_queue_depth{queue="q"} 3
-# TYPE statuspatch_queue_dropped_total counter
-statuspatch_queue_dropped_total{queue="q",reason="full"} 2
-statuspatch_queue_dropped_total{queue="q",reason="expired"} 5
-statuspatch_queue_dropped_total{queue="r",reason="full"} 1
-# TYPE statuspatch_reconcile_duration_seconds histogram
-statuspatch_reconcile_duration_seconds_bucket{result="ok",le="+Inf"} 7
-statuspatch_reconcile_duration_seconds_sum{result="ok"} 1.5
-statuspatch_reconcile_duration_seconds_count{result="ok"} 7
-statuspatch_reconcile_duration_seconds_bucket{result="halted",le="+Inf"} 1
-statuspatch_reconcile_duration_seconds_sum{result="halted"} 0.5
-statuspatch_reconcile_duration_seconds_count{result="halted"} 1
+	const text = `# TYPE quietpatch_queue_depth gauge
+quietpatch_queue_depth{pipeline="q"} 3
+# TYPE quietpatch_queue_dropped_total counter
+quietpatch_queue_dropped_total{pipeline="q",reason="full"} 2
+quietpatch_queue_dropped_total{pipeline="q",reason="expired"} 5
+quietpatch_queue_dropped_total{pipeline="r",reason="full"} 1
+# TYPE quietpatch_reconcile_duration_seconds histogram
+quietpatch_reconcile_duration_seconds_bucket{result="ok",le="+Inf"} 7
+quietpatch_reconcile_duration_seconds_sum{result="ok"} 1.5
+quietpatch_reconcile_duration_seconds_count{result="ok"} 7
+quietpatch_reconcile_duration_seconds_bucket{result="halted",le="+Inf"} 1
+quietpatch_reconcile_duration_seconds_sum{result="halted"} 0.5
+quietpatch_reconcile_duration_seconds_count{result="halted"} 1
 # TYPE go_goroutines gauge
 go_goroutines 42
 `
@@ -149,7 +149,7 @@ go_goroutines 42
 	if got := m.ByLabel(examplee2e.MetricQueueDropped, "reason"); got["full"] != 3 || got["expired"] != 5 || len(got) != 2 {
 		t.Errorf("ByLabel = %v", got)
 	}
-	if got := m.Names("statuspatch_"); !slices.Equal(got, []string{examplee2e.MetricQueueDepth, examplee2e.MetricQueueDropped, examplee2e.MetricReconcileDuration}) {
+	if got := m.Names("quietpatch_"); !slices.Equal(got, []string{examplee2e.MetricQueueDepth, examplee2e.MetricQueueDropped, examplee2e.MetricReconcileDuration}) {
 		t.Errorf("Names = %v", got)
 	}
 	if m.Idle() {

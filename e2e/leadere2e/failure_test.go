@@ -56,7 +56,7 @@ func TestRunFailsVisibly(t *testing.T) {
 			})
 			runErr, err := r.wait(5 * time.Second)
 			if err != nil {
-				t.Fatalf("%v: the failure was not surfaced (%s; Ready: %v)", err, describe([]*replica{r}), r.c.Ready())
+				t.Fatalf("%v: the failure was not surfaced (%s; Ready: %v)", err, describe([]*replica{r}), r.c.Healthy())
 			}
 			t.Logf("Run returned after %s: %v", seconds(r.ended.Sub(begin)), runErr)
 
@@ -70,7 +70,7 @@ func TestRunFailsVisibly(t *testing.T) {
 				}
 			}
 			check("Run", runErr)
-			ready := r.c.Ready()
+			ready := r.c.Healthy()
 			if !errors.Is(ready, leader.ErrStopped) {
 				t.Errorf("Ready: %v, want ErrStopped", ready)
 			}

@@ -133,7 +133,7 @@ func PlotDepth(samples []Sample, path string) error {
 		return err
 	}
 	if len(peak) > 0 {
-		if err := line(p, "depth Peak-EWMA (statuspatch.queue.depth.peak_ewma)", peak, orange, true); err != nil {
+		if err := line(p, "depth Peak-EWMA (quietpatch.queue.depth.peak_ewma)", peak, orange, true); err != nil {
 			return err
 		}
 	}

@@ -33,7 +33,7 @@ type Sample struct {
 	Stalled bool
 	// Depth is the number of patches waiting in the queue.
 	Depth int
-	// DepthPeakEWMA is the queue's statuspatch.queue.depth.peak_ewma gauge
+	// DepthPeakEWMA is the queue's quietpatch.queue.depth.peak_ewma gauge
 	// as an OpenTelemetry reader collected it; NaN for a queue that has
 	// none (the unbounded one).
 	DepthPeakEWMA float64

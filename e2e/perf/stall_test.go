@@ -243,7 +243,7 @@ func (w *world) runStall(ctx context.Context, b *testing.B, proxy *cluster.Fault
 	return samples, final, baseline, nil
 }
 
-// peakEWMA reads the queue's statuspatch.queue.depth.peak_ewma gauge
+// peakEWMA reads the queue's quietpatch.queue.depth.peak_ewma gauge
 // through the reader; NaN if it is missing.
 func peakEWMA(reader *sdkmetric.ManualReader) float64 {
 	var rm metricdata.ResourceMetrics
@@ -252,7 +252,7 @@ func peakEWMA(reader *sdkmetric.ManualReader) float64 {
 	}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			if m.Name != statuspatch.QueueDepthPeakMetric {
+			if m.Name != "quietpatch.queue.depth.peak_ewma" {
 				continue
 			}
 			if g, ok := m.Data.(metricdata.Gauge[float64]); ok && len(g.DataPoints) > 0 {

@@ -589,7 +589,7 @@ func (d *demo) summarize(ctx context.Context) error {
 				role = "leader"
 			}
 		}
-		for _, n := range m.Names("statuspatch_", "leader_", "httproute") {
+		for _, n := range m.Names("quietpatch_", "httproute") {
 			names[n] = true
 		}
 		drops := map[string]float64{}

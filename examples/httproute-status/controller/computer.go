@@ -16,6 +16,7 @@ import (
 
 	"github.com/quietpatch/quietpatch/examples/httproute-status/routestatus"
 	"github.com/quietpatch/quietpatch/statuspatch"
+	"github.com/quietpatch/quietpatch/statuspatch/conditions"
 )
 
 // Type parameters of the library's generic types for HTTPRoutes: objects
@@ -133,5 +134,5 @@ func (p statusPatcher) Patch(ctx context.Context, mp routePatch) error {
 // diffOptions are the go-cmp options of the reconciler's debug-level diff
 // of a changed status: what changed, not when.
 func diffOptions() []cmp.Option {
-	return []cmp.Option{statuspatch.IgnoreConditionTransitionTime(), statuspatch.SortConditions()}
+	return []cmp.Option{conditions.IgnoreTransitionTime(), conditions.SortByType()}
 }

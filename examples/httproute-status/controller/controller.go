@@ -478,7 +478,7 @@ func (c *Controller) Ready() error {
 		return errors.New("informer caches not synced")
 	}
 	var errs []error
-	if err := c.claimer.Ready(); err != nil {
+	if err := c.claimer.Healthy(); err != nil {
 		errs = append(errs, fmt.Errorf("lease loop: %w", err))
 	}
 	if err := c.dispatcher.Healthy(); err != nil {
@@ -495,7 +495,7 @@ func (c *Controller) Ready() error {
 // context). Every other failure ends Run, and with it the process.
 func (c *Controller) Live() error {
 	if c.dispatcherRunning.Load() {
-		if err := c.dispatcher.Healthy(); err != nil && !errors.Is(err, statuspatch.ErrNotRunning) {
+		if err := c.dispatcher.Healthy(); err != nil && !errors.Is(err, statuspatch.ErrNotStarted) && !errors.Is(err, statuspatch.ErrStopped) {
 			return fmt.Errorf("dispatcher: %w", err)
 		}
 	}

@@ -132,13 +132,13 @@ func TestRun(t *testing.T) {
 	}
 	fams := families(samples)
 	for _, name := range []string{
-		"statuspatch_queue_depth", "statuspatch_queue_depth_peak_ewma", "statuspatch_queue_capacity",
-		"statuspatch_queue_enqueued_total", "statuspatch_queue_dequeued_total",
-		"statuspatch_queue_wait_seconds_bucket",
-		"statuspatch_reconcile_objects_total", "statuspatch_reconcile_duration_seconds_bucket",
-		"statuspatch_dispatch_patches_total", "statuspatch_dispatch_duration_seconds_bucket",
-		"statuspatch_dispatch_in_flight",
-		"quietpatch_leader_is_leader_ratio", "quietpatch_leader_transitions_total", "quietpatch_leader_requests_total",
+		"quietpatch_queue_depth", "quietpatch_queue_depth_peak_ewma", "quietpatch_queue_capacity",
+		"quietpatch_queue_enqueued_total", "quietpatch_queue_dequeued_total",
+		"quietpatch_queue_wait_seconds_bucket",
+		"quietpatch_reconcile_objects_total", "quietpatch_reconcile_duration_seconds_bucket",
+		"quietpatch_dispatch_patches_total", "quietpatch_dispatch_duration_seconds_bucket",
+		"quietpatch_dispatch_in_flight", "quietpatch_reconcile_passes_total", "quietpatch_dispatch_latency_peak_ewma_seconds",
+		"quietpatch_leader_is_leader", "quietpatch_leader_epoch", "quietpatch_leader_transitions_total", "quietpatch_leader_requests_total",
 		"go_memstats_heap_alloc_bytes",
 	} {
 		if !fams[name] {
@@ -149,9 +149,9 @@ func TestRun(t *testing.T) {
 		t.Logf("metric families: %v", fams)
 	}
 	for series, want := range map[string]float64{
-		`quietpatch_leader_is_leader_ratio{k8s_lease_name="quietpatch-httproute-status",k8s_namespace_name="qp-system"}`: 1,
-		`statuspatch_queue_capacity{queue="httproute-status"}`:                                                           float64(c.Options().QueueCapacity),
-		`statuspatch_dispatch_patches_total{dispatcher="httproute-status",outcome="ok"}`:                                 float64(len(fc.set.Routes) + affected),
+		`quietpatch_leader_is_leader{identity="replica-a",k8s_lease_name="quietpatch-httproute-status",k8s_namespace_name="qp-system"}`: 1,
+		`quietpatch_queue_capacity{pipeline="httproute-status"}`:                                                                        float64(c.Options().QueueCapacity),
+		`quietpatch_dispatch_patches_total{outcome="ok",pipeline="httproute-status"}`:                                                   float64(len(fc.set.Routes) + affected),
 	} {
 		if got, found := samples[series]; !found || got != want {
 			t.Errorf("%s = %v (present %v), want %v", series, got, found, want)

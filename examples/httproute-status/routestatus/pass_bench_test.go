@@ -17,6 +17,7 @@ import (
 	"github.com/quietpatch/quietpatch/examples/httproute-status/routestatus"
 	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch"
+	"github.com/quietpatch/quietpatch/statuspatch/conditions"
 )
 
 // passRoutesEnv overrides the number of routes of BenchmarkRoutePass
@@ -178,8 +179,8 @@ func BenchmarkRoutePass(b *testing.B) {
 		measure(b, reconcilerPass(reconciler(b, routestatus.Equal)))
 	})
 	b.Run("unchanged-gocmp", func(b *testing.B) {
-		gocmp := statuspatch.CmpEqual[gatewayv1.HTTPRouteStatus](
-			statuspatch.IgnoreConditionTransitionTime(), statuspatch.SortConditions())
+		gocmp := conditions.CmpEqual[gatewayv1.HTTPRouteStatus](
+			conditions.IgnoreTransitionTime(), conditions.SortByType())
 		measure(b, reconcilerPass(reconciler(b, gocmp)))
 	})
 	b.Run("naive", func(b *testing.B) {

@@ -1,0 +1,319 @@
+package conditions
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/clock"
+
+	"github.com/quietpatch/quietpatch/statuspatch"
+)
+
+// ErrInvalidType is wrapped by the error [New] returns when O does not have
+// the status shape it needs; the message says what is missing.
+var ErrInvalidType = errors.New("conditions: object type without the expected status")
+
+// Status is the status the [Computer] reads, computes and patches:
+// status.observedGeneration, status.conditions, and optionally further
+// fields the controller owns.
+type Status struct {
+	// ObservedGeneration is status.observedGeneration: the
+	// metadata.generation the status was computed from.
+	ObservedGeneration int64
+	// Conditions is status.conditions.
+	Conditions []metav1.Condition
+	// Fields are further status fields by JSON name (Config.Fields),
+	// compared and patched by their JSON encoding. Nil in a current status:
+	// the current values are read from the object when compared.
+	Fields map[string]any
+
+	obj any // the object a current status was read from; nil otherwise
+}
+
+// Config configures a [Computer]. Conditions is required.
+type Config[O any] struct {
+	// Conditions computes the conditions the object should have: Type,
+	// Status, Reason and Message. ObservedGeneration, when zero, is set to
+	// the object's metadata.generation; LastTransitionTime is set by the
+	// Computer (kept from the current condition of the same Type and
+	// Status, else the time of the patch). An error counts the object as
+	// not reconciled for this pass. Required.
+	Conditions func(obj O) ([]metav1.Condition, error)
+	// Fields, if set, computes further status fields the controller owns,
+	// by JSON name ("replicas", …), as values encoding/json marshals. They
+	// are compared with the object's current values by their JSON
+	// encoding, which costs an encoding of each field per object and
+	// pass, and patched with the rest. Names "conditions" and
+	// "observedGeneration" are rejected. Optional.
+	Fields func(obj O) (map[string]any, error)
+	// Clock gives the LastTransitionTime of changed conditions. Default the
+	// real clock.
+	Clock clock.PassiveClock
+}
+
+// Computer is a [statuspatch.StatusComputer] for objects whose status is
+// the common shape of custom resources:
+//
+//	status:
+//	  observedGeneration: <metadata.generation>
+//	  conditions: [ {type, status, observedGeneration, lastTransitionTime, reason, message}, … ]
+//
+// The user supplies only the function from an object to its conditions
+// (Config.Conditions); the Computer reads the current status, compares
+// ([Equal]: order and LastTransitionTime ignored, plus observedGeneration),
+// keeps LastTransitionTime where a condition's status did not change,
+// validates the conditions as the API server would (a condition the CRD
+// would reject makes the object an error, not a rejected write), and builds
+// a [statuspatch.MergePatch] with a resourceVersion precondition. The merge
+// patch replaces status.conditions whole: the controller owns them.
+//
+// O is either *unstructured.Unstructured (for CRDs without Go types; the
+// status is read from the object's map, which allocates per object) or a
+// pointer to a struct with a field Status holding a field Conditions
+// []metav1.Condition and a field ObservedGeneration int64 — the shape
+// kubebuilder generates. Typed objects are read through reflection set up
+// once by [New]: reading a status allocates nothing, and an unchanged
+// object costs tens of nanoseconds beyond Config.Conditions.
+type Computer[O metav1.Object] struct {
+	cfg      Config[O]
+	clk      clock.PassiveClock
+	unstruct bool
+	status   int         // index of the Status field (typed)
+	conds    int         // index of Status.Conditions
+	gen      int         // index of Status.ObservedGeneration
+	byJSON   map[string]int // Status fields by JSON name (typed)
+}
+
+var _ statuspatch.StatusComputer[*unstructured.Unstructured, Status, statuspatch.MergePatch] = (*Computer[*unstructured.Unstructured])(nil)
+
+// New returns a Computer for objects of type O, or an error: a
+// [*statuspatch.ConfigError] when Conditions is nil, an error wrapping
+// [ErrInvalidType] when O has not the status shape described on [Computer].
+func New[O metav1.Object](cfg Config[O]) (*Computer[O], error) {
+	if cfg.Conditions == nil {
+		return nil, &statuspatch.ConfigError{Config: "conditions.Config", Field: "Conditions", Reason: "must be set"}
+	}
+	c := &Computer[O]{cfg: cfg, clk: cfg.Clock}
+	if c.clk == nil {
+		c.clk = clock.RealClock{}
+	}
+	var zero O
+	if _, ok := any(zero).(*unstructured.Unstructured); ok {
+		c.unstruct = true
+		return c, nil
+	}
+	t := reflect.TypeOf((*O)(nil)).Elem()
+	if t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
+		return nil, fmt.Errorf("%w: %v is not a pointer to a struct", ErrInvalidType, t)
+	}
+	st, ok := t.Elem().FieldByName("Status")
+	if !ok || len(st.Index) != 1 || st.Type.Kind() != reflect.Struct {
+		return nil, fmt.Errorf("%w: %v has no struct field Status", ErrInvalidType, t.Elem())
+	}
+	c.status = st.Index[0]
+	cf, ok := st.Type.FieldByName("Conditions")
+	if !ok || len(cf.Index) != 1 || cf.Type != reflect.TypeOf([]metav1.Condition(nil)) {
+		return nil, fmt.Errorf("%w: %v.Status has no field Conditions []metav1.Condition", ErrInvalidType, t.Elem())
+	}
+	c.conds = cf.Index[0]
+	gf, ok := st.Type.FieldByName("ObservedGeneration")
+	if !ok || len(gf.Index) != 1 || gf.Type.Kind() != reflect.Int64 {
+		return nil, fmt.Errorf("%w: %v.Status has no field ObservedGeneration int64", ErrInvalidType, t.Elem())
+	}
+	c.gen = gf.Index[0]
+	c.byJSON = map[string]int{}
+	for i := range st.Type.NumField() {
+		f := st.Type.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" {
+			name = f.Name
+		}
+		if f.IsExported() && name != "-" {
+			c.byJSON[name] = i
+		}
+	}
+	return c, nil
+}
+
+// Key returns the object's namespace and name.
+func (c *Computer[O]) Key(obj O) types.NamespacedName {
+	return types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}
+}
+
+// Current reads the object's status.
+func (c *Computer[O]) Current(obj O) Status {
+	if c.unstruct {
+		return currentUnstructured(any(obj).(*unstructured.Unstructured))
+	}
+	v := reflect.ValueOf(obj)
+	if v.IsNil() {
+		return Status{}
+	}
+	st := v.Elem().Field(c.status)
+	return Status{
+		ObservedGeneration: st.Field(c.gen).Int(),
+		Conditions:         *(st.Field(c.conds).Addr().Interface().(*[]metav1.Condition)),
+		obj:                obj,
+	}
+}
+
+// Desired calls Config.Conditions (and Config.Fields) and completes the
+// result with the object's generation.
+func (c *Computer[O]) Desired(obj O) (Status, error) {
+	conds, err := c.cfg.Conditions(obj)
+	if err != nil {
+		return Status{}, err
+	}
+	gen := obj.GetGeneration()
+	for i := range conds {
+		if conds[i].ObservedGeneration == 0 {
+			conds[i].ObservedGeneration = gen
+		}
+	}
+	s := Status{ObservedGeneration: gen, Conditions: conds}
+	if c.cfg.Fields != nil {
+		if s.Fields, err = c.cfg.Fields(obj); err != nil {
+			return Status{}, err
+		}
+		for k := range s.Fields {
+			if k == "conditions" || k == "observedGeneration" {
+				return Status{}, fmt.Errorf("conditions: Config.Fields returned %q, which the Computer owns itself", k)
+			}
+		}
+	}
+	return s, nil
+}
+
+// Equal reports whether a and b have the same observedGeneration, the same
+// conditions ([Equal]: order and LastTransitionTime ignored) and the same
+// values of b's Fields.
+func (c *Computer[O]) Equal(a, b Status) bool {
+	if a.ObservedGeneration != b.ObservedGeneration || !Equal(a.Conditions, b.Conditions) {
+		return false
+	}
+	if len(b.Fields) == 0 && len(a.Fields) == 0 {
+		return true
+	}
+	for k, v := range b.Fields {
+		cur, ok := c.field(a, k)
+		if !ok || !jsonEqual(cur, v) {
+			return false
+		}
+	}
+	return a.obj != nil || len(a.Fields) == len(b.Fields)
+}
+
+// field returns the value of status field name in s: from s.Fields, or
+// read from the object s was read from.
+func (c *Computer[O]) field(s Status, name string) (any, bool) {
+	if s.obj == nil {
+		v, ok := s.Fields[name]
+		return v, ok
+	}
+	if c.unstruct {
+		st, _ := s.obj.(*unstructured.Unstructured).Object["status"].(map[string]any)
+		v, ok := st[name]
+		return v, ok
+	}
+	i, ok := c.byJSON[name]
+	if !ok {
+		return nil, false
+	}
+	return reflect.ValueOf(s.obj).Elem().Field(c.status).Field(i).Interface(), true
+}
+
+func jsonEqual(a, b any) bool {
+	ja, err1 := json.Marshal(a)
+	jb, err2 := json.Marshal(b)
+	return err1 == nil && err2 == nil && bytes.Equal(ja, jb)
+}
+
+// Patch builds the merge patch of status.observedGeneration,
+// status.conditions (LastTransitionTime kept from the current condition of
+// the same Type and Status, else now) and the Fields, with the object's
+// resourceVersion as precondition. It fails, sending nothing, when a
+// condition is one the API server would reject (metav1.Condition's
+// validation: type, status True/False/Unknown, reason, message length,
+// unique types).
+func (c *Computer[O]) Patch(obj O, desired Status) (statuspatch.MergePatch, error) {
+	current := c.Current(obj)
+	now := metav1.NewTime(c.clk.Now().Truncate(time.Second))
+	conds := make([]metav1.Condition, len(desired.Conditions))
+	for i, d := range desired.Conditions {
+		d.LastTransitionTime = now
+		for _, cur := range current.Conditions {
+			if cur.Type == d.Type && cur.Status == d.Status && !cur.LastTransitionTime.IsZero() {
+				d.LastTransitionTime = cur.LastTransitionTime
+				break
+			}
+		}
+		conds[i] = d
+	}
+	if errs := metav1validation.ValidateConditions(conds, field.NewPath("status", "conditions")); len(errs) > 0 {
+		return statuspatch.MergePatch{}, fmt.Errorf("conditions: the API server would reject these conditions: %w", errs.ToAggregate())
+	}
+	status := make(map[string]any, 2+len(desired.Fields))
+	for k, v := range desired.Fields {
+		status[k] = v
+	}
+	status["observedGeneration"] = desired.ObservedGeneration
+	status["conditions"] = conds
+	return statuspatch.NewMergePatch(obj, status)
+}
+
+// currentUnstructured reads status.observedGeneration and status.conditions
+// from u's map. Malformed entries are skipped: they differ from any desired
+// condition, so the object gets patched.
+func currentUnstructured(u *unstructured.Unstructured) Status {
+	s := Status{obj: u}
+	if u == nil {
+		return s
+	}
+	st, _ := u.Object["status"].(map[string]any)
+	switch g := st["observedGeneration"].(type) {
+	case int64:
+		s.ObservedGeneration = g
+	case float64:
+		s.ObservedGeneration = int64(g)
+	}
+	list, _ := st["conditions"].([]any)
+	if len(list) == 0 {
+		return s
+	}
+	s.Conditions = make([]metav1.Condition, 0, len(list))
+	for _, e := range list {
+		m, ok := e.(map[string]any)
+		if !ok {
+			continue
+		}
+		var cond metav1.Condition
+		cond.Type, _ = m["type"].(string)
+		st, _ := m["status"].(string)
+		cond.Status = metav1.ConditionStatus(st)
+		cond.Reason, _ = m["reason"].(string)
+		cond.Message, _ = m["message"].(string)
+		switch g := m["observedGeneration"].(type) {
+		case int64:
+			cond.ObservedGeneration = g
+		case float64:
+			cond.ObservedGeneration = int64(g)
+		}
+		if ts, ok := m["lastTransitionTime"].(string); ok {
+			if t, err := time.Parse(time.RFC3339, ts); err == nil {
+				cond.LastTransitionTime = metav1.NewTime(t)
+			}
+		}
+		s.Conditions = append(s.Conditions, cond)
+	}
+	return s
+}
