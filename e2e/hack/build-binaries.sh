@@ -5,8 +5,12 @@
 # machine — CI's fresh clone included — reuses them; a binary is reused while
 # its file name matches the module version pinned in e2e/go.mod, otherwise it
 # is rebuilt. Progress: one line per 100 compiled packages, against the total.
+#
+# The go commands run inside the e2e module with GOWORK=off, so a go.work of
+# the caller's (one that does not list e2e, say) does not change what is built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export GOWORK=off
 bindir="${QP_BIN_DIR:-$PWD/.bin}"
 store="${QP_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/quietpatch/bin}"
 mkdir -p "$bindir" "$store"
@@ -20,10 +24,12 @@ build() { # name pkg version
     total=$(go list -deps "$pkg" | wc -l)
     echo "==> building $name $ver ($total packages; a cold kube-apiserver build takes ~8 min on 2 cores)"
     local start=$SECONDS
-    go build -v -trimpath -o "$out.tmp" "$pkg" 2>&1 | awk -v total="$total" -v name="$name" '
+    if ! go build -v -trimpath -o "$out.tmp" "$pkg" 2>&1 | awk -v total="$total" -v name="$name" '
       /^#|: / { print; next }
-      { n++; if (n % 100 == 0) printf "    %s: %d/%d packages compiled\n", name, n, total; fflush() }'
-    [[ ${PIPESTATUS[0]} -eq 0 ]] || { echo "build of $name failed" >&2; exit 1; }
+      { n++; if (n % 100 == 0) printf "    %s: %d/%d packages compiled\n", name, n, total; fflush() }'; then
+      echo "build-binaries.sh: building $name $ver ($pkg) failed; the compiler's messages are above" >&2
+      exit 1
+    fi
     mv "$out.tmp" "$out"
     echo "==> $name built in $((SECONDS - start)) s"
   fi
