@@ -13,6 +13,13 @@ MODULES := . examples e2e
 # Modules that exist yet (the layout fills in over time).
 PRESENT := $(foreach m,$(MODULES),$(if $(wildcard $(m)/go.mod),$(m)))
 
+# envtest's convention: a folder with kube-apiserver and etcd (as
+# `setup-envtest use -p path` prints it) replaces the source build. Made
+# absolute here, since the recipes and tests run in other folders.
+ifneq ($(strip $(KUBEBUILDER_ASSETS)),)
+export KUBEBUILDER_ASSETS := $(abspath $(KUBEBUILDER_ASSETS))
+endif
+
 .PHONY: all test unit e2e bench lint bins demo cluster fuzz
 
 all: test
