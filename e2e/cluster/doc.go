@@ -25,7 +25,9 @@
 // ServiceAccount per namespace.
 //
 // A cold start takes a few seconds (see Timings); tests in one package should
-// share one ControlPlane from TestMain where they can.
+// share one ControlPlane where they can: a Shared starts it on the first Get,
+// and RunShared, called from TestMain, stops it after the last test and checks
+// for leaked goroutines.
 //
 // # Identities
 //
