@@ -5,6 +5,7 @@
 #   make bench   benchmarks, one table of ratios measured in the same run
 #   make lint    gofmt, go vet, go mod tidy -diff on every module
 #   make cluster a local kube-apiserver + etcd until interrupted
+#                (make cluster ARGS="-gateway-api=false -v": flags for it)
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -12,6 +13,13 @@ GO ?= go
 MODULES := . examples e2e
 # Modules that exist yet (the layout fills in over time).
 PRESENT := $(foreach m,$(MODULES),$(if $(wildcard $(m)/go.mod),$(m)))
+
+# envtest's convention: a folder with kube-apiserver and etcd (as
+# `setup-envtest use -p path` prints it) replaces the source build. Made
+# absolute here, since the recipes and tests run in other folders.
+ifneq ($(strip $(KUBEBUILDER_ASSETS)),)
+export KUBEBUILDER_ASSETS := $(abspath $(KUBEBUILDER_ASSETS))
+endif
 
 .PHONY: all test unit e2e bench lint bins demo cluster fuzz
 
@@ -42,8 +50,16 @@ test: lint unit $(if $(filter e2e,$(PRESENT)),e2e)
 bench:
 	bash hack/bench.sh
 
+# demo and cluster build their command and exec it, so that it is make's own
+# child: make passes SIGTERM on to its children (`go run` would die of it and
+# leave its child running), and Ctrl-C reaches the whole process group.
+# ARGS are passed to the command, e.g. make cluster ARGS="-gateway-api=false".
+ARGS ?=
+
 demo: bins
-	cd e2e && $(GO) run ./cmd/demo
+	mkdir -p e2e/.bin && cd e2e && $(GO) build -o .bin/demo ./cmd/demo
+	cd e2e && exec .bin/demo $(ARGS)
 
 cluster: bins
-	cd e2e && $(GO) run ./cmd/localcluster
+	mkdir -p e2e/.bin && cd e2e && $(GO) build -o .bin/localcluster ./cmd/localcluster
+	cd e2e && exec .bin/localcluster $(ARGS)

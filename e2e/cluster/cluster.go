@@ -54,7 +54,8 @@ const (
 // Gateway API standard CRDs installed.
 type Options struct {
 	// BinDir holds the kube-apiserver and etcd executables.
-	// Default: FindBinDir ($QP_BIN_DIR, else the e2e module's .bin).
+	// Default: FindBinDir ($KUBEBUILDER_ASSETS, else $QP_BIN_DIR, else the
+	// e2e module's .bin).
 	BinDir string
 
 	// Dir is where the control plane keeps its state: pki/ (CA, serving and
@@ -197,12 +198,8 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 			return nil, err
 		}
 		binDir = d
-	} else {
-		for _, name := range []string{APIServerBinary, EtcdBinary} {
-			if st, err := os.Stat(filepath.Join(binDir, name)); err != nil || st.IsDir() {
-				return nil, fmt.Errorf("%w: %s not found in Options.BinDir %s; run `make bins`", ErrBinariesMissing, name, binDir)
-			}
-		}
+	} else if name := missingBinary(binDir); name != "" {
+		return nil, fmt.Errorf("%w: %s is not an executable file in Options.BinDir %s; run `make bins`", ErrBinariesMissing, name, binDir)
 	}
 
 	cp := &ControlPlane{opts: opts, log: logger, binDir: binDir, dir: opts.Dir, proxies: map[*FaultProxy]struct{}{}}

@@ -1,6 +1,7 @@
 // Package cluster runs a real, local Kubernetes control plane — etcd and
-// kube-apiserver, built from the Go module proxy by `make bins` — for
-// end-to-end tests, benchmarks and demos of quietpatch.
+// kube-apiserver, built from the Go module proxy by `make bins` or taken from
+// $KUBEBUILDER_ASSETS (see Binaries) — for end-to-end tests, benchmarks and
+// demos of quietpatch.
 //
 // # What Start gives you
 //
@@ -24,7 +25,9 @@
 // ServiceAccount per namespace.
 //
 // A cold start takes a few seconds (see Timings); tests in one package should
-// share one ControlPlane from TestMain where they can.
+// share one ControlPlane where they can: a Shared starts it on the first Get,
+// and RunShared, called from TestMain, stops it after the last test and checks
+// for leaked goroutines.
 //
 // # Identities
 //
@@ -69,9 +72,20 @@
 //
 // # Binaries
 //
-// FindBinDir looks in $QP_BIN_DIR, else in the .bin directory of the e2e
-// module (e2e/.bin). If kube-apiserver or etcd is missing, Start fails with
-// ErrBinariesMissing and a message that says to run `make bins`.
+// FindBinDir looks in $KUBEBUILDER_ASSETS first — controller-runtime
+// envtest's convention: the folder `setup-envtest use -p path` prints, with
+// upstream kube-apiserver and etcd binaries — else in $QP_BIN_DIR, else in the
+// .bin directory of the e2e module (e2e/.bin), where `make bins` links the
+// binaries it builds from the Go module proxy (or, with KUBEBUILDER_ASSETS
+// set, the envtest ones, without building). If kube-apiserver or etcd is
+// missing, Start fails with ErrBinariesMissing and a message that names the
+// file and says what to do.
+//
+// Every flag the harness passes is an upstream one, nothing
+// quietpatch-specific: etcd's are in the flag set of etcd 3.6 and 3.7 (and so
+// of ./cmd/etcd, which is etcd's own main), kube-apiserver's in that of the
+// pinned release. A binary of an older release that lacks a flag fails to
+// start, and the kept kube-apiserver.log or etcd.log names the flag.
 //
 // The harness needs Linux. The command ./cmd/localcluster (`make cluster`)
 // runs a control plane until interrupted, for poking at it with kubectl.

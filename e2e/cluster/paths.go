@@ -24,6 +24,12 @@ const ModulePath = "github.com/quietpatch/quietpatch/e2e"
 // kube-apiserver and etcd binaries are looked up.
 const BinDirEnv = "QP_BIN_DIR"
 
+// AssetsEnv names the environment variable of controller-runtime's envtest:
+// a folder holding kube-apiserver and etcd (and kubectl), as
+// `setup-envtest use -p path` prints it. When it is set, FindBinDir uses that
+// folder before any other, and `make bins` links to it instead of building.
+const AssetsEnv = "KUBEBUILDER_ASSETS"
+
 // GatewayAPIModule is the Go module whose standard-channel CRDs the harness
 // installs, and GatewayAPIVersion the version used when the running binary
 // carries no build information naming it.
@@ -39,29 +45,56 @@ const (
 )
 
 // FindBinDir returns the directory holding the kube-apiserver and etcd
-// binaries: $QP_BIN_DIR if set, otherwise the .bin directory next to the e2e
-// module's go.mod, found by walking up from the working directory and, failing
-// that, from this source file. It checks that both binaries exist and are
-// executable; if not, the error wraps ErrBinariesMissing and says to run
-// `make bins`.
+// binaries, the first of:
+//
+//  1. $KUBEBUILDER_ASSETS (AssetsEnv), envtest's convention; a relative
+//     path is taken from the working directory;
+//  2. $QP_BIN_DIR (BinDirEnv);
+//  3. the .bin directory next to the e2e module's go.mod (e2e/.bin, where
+//     `make bins` links them), found by walking up from the working
+//     directory and, failing that, from this source file.
+//
+// The first variable that is set (non-empty) decides: a folder it names that
+// lacks a binary is an error, not a reason to look further. FindBinDir checks
+// that both binaries are executable files; if not, the error wraps
+// ErrBinariesMissing, names the missing file and says what to do.
 func FindBinDir() (string, error) {
+	if dir := os.Getenv(AssetsEnv); dir != "" {
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return "", fmt.Errorf("%w: %s=%s: %v", ErrBinariesMissing, AssetsEnv, dir, err)
+		}
+		if name := missingBinary(abs); name != "" {
+			return "", fmt.Errorf("%w: %s=%s has no executable file %s; point %s at a folder holding %s and %s (as `setup-envtest use -p path` prints it), or unset it to use the binaries `make bins` builds",
+				ErrBinariesMissing, AssetsEnv, dir, filepath.Join(abs, name), AssetsEnv, APIServerBinary, EtcdBinary)
+		}
+		return abs, nil
+	}
 	dir := os.Getenv(BinDirEnv)
 	if dir == "" {
 		mod, err := findModuleDir()
 		if err != nil {
-			return "", fmt.Errorf("%w: %v; set %s or run `make bins` in the repository root", ErrBinariesMissing, err, BinDirEnv)
+			return "", fmt.Errorf("%w: %v; set %s or %s, or run `make bins` in the repository root", ErrBinariesMissing, err, AssetsEnv, BinDirEnv)
 		}
 		dir = filepath.Join(mod, ".bin")
 	}
-	for _, name := range []string{APIServerBinary, EtcdBinary} {
-		p := filepath.Join(dir, name)
-		st, err := os.Stat(p)
-		if err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
-			return "", fmt.Errorf("%w: %s not found in %s; run `make bins` in the repository root (or `bash e2e/hack/build-binaries.sh`), or point %s at a directory holding %s and %s",
-				ErrBinariesMissing, name, dir, BinDirEnv, APIServerBinary, EtcdBinary)
-		}
+	if name := missingBinary(dir); name != "" {
+		return "", fmt.Errorf("%w: %s not found in %s; run `make bins` in the repository root (or `bash e2e/hack/build-binaries.sh`), or point %s or %s at a directory holding %s and %s",
+			ErrBinariesMissing, name, dir, AssetsEnv, BinDirEnv, APIServerBinary, EtcdBinary)
 	}
 	return dir, nil
+}
+
+// missingBinary returns the name of the first of kube-apiserver and etcd that
+// is not an executable file in dir (following symbolic links), or "".
+func missingBinary(dir string) string {
+	for _, name := range []string{APIServerBinary, EtcdBinary} {
+		st, err := os.Stat(filepath.Join(dir, name))
+		if err != nil || !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
+			return name
+		}
+	}
+	return ""
 }
 
 // findModuleDir locates the directory of the e2e module's go.mod.

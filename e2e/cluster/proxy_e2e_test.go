@@ -23,7 +23,7 @@ import (
 // front of the shared API server: identity, latency, stall with a client
 // timeout, 503, 429 with Retry-After, reset, a watch, and recovery.
 func TestFaultProxyWithAPIServer(t *testing.T) {
-	cp := shared.get(t)
+	cp := shared.Get(t)
 	ctx := testContext(t, 3*time.Minute)
 	admin := cp.AdminClient()
 

@@ -31,8 +31,101 @@ func TestOptionsValidate(t *testing.T) {
 	}
 }
 
+// fakeBinDir makes a directory with the given files; those named in exec are
+// executable shell scripts, the others plain data files.
+func fakeBinDir(t *testing.T, exec []string, plain []string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, name := range exec {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range plain {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("not a program\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func TestFindBinDir(t *testing.T) {
+	both := []string{APIServerBinary, EtcdBinary}
+	full := fakeBinDir(t, both, nil)
+	other := fakeBinDir(t, both, nil)
+	noEtcd := fakeBinDir(t, []string{APIServerBinary}, nil)
+	noAPIServer := fakeBinDir(t, []string{EtcdBinary}, nil)
+	plainEtcd := fakeBinDir(t, []string{APIServerBinary}, []string{EtcdBinary})
+	dirEtcd := fakeBinDir(t, []string{APIServerBinary}, nil)
+	if err := os.Mkdir(filepath.Join(dirEtcd, EtcdBinary), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	linked := t.TempDir() // symbolic links to executables, as `make bins` leaves them
+	for _, name := range both {
+		if err := os.Symlink(filepath.Join(full, name), filepath.Join(linked, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	for _, tc := range []struct {
+		label   string
+		assets  string // KUBEBUILDER_ASSETS
+		binDir  string // QP_BIN_DIR
+		want    string // the directory returned; "" for an error
+		wantErr []string
+	}{
+		{label: "assets only", assets: full, want: full},
+		{label: "assets before QP_BIN_DIR", assets: full, binDir: other, want: full},
+		{label: "QP_BIN_DIR when assets unset", binDir: other, want: other},
+		{label: "symbolic links", assets: linked, want: linked},
+		{label: "assets without etcd", assets: noEtcd, binDir: other,
+			wantErr: []string{AssetsEnv + "=" + noEtcd, filepath.Join(noEtcd, EtcdBinary), "unset it"}},
+		{label: "assets without kube-apiserver", assets: noAPIServer,
+			wantErr: []string{AssetsEnv, filepath.Join(noAPIServer, APIServerBinary)}},
+		{label: "assets etcd not executable", assets: plainEtcd,
+			wantErr: []string{AssetsEnv, filepath.Join(plainEtcd, EtcdBinary)}},
+		{label: "assets etcd a directory", assets: dirEtcd,
+			wantErr: []string{AssetsEnv, filepath.Join(dirEtcd, EtcdBinary)}},
+		{label: "assets folder missing", assets: filepath.Join(full, "nonexistent"),
+			wantErr: []string{AssetsEnv, filepath.Join(full, "nonexistent", APIServerBinary)}},
+		{label: "QP_BIN_DIR without etcd", binDir: noEtcd,
+			wantErr: []string{EtcdBinary + " not found in " + noEtcd, "make bins"}},
+	} {
+		t.Run(tc.label, func(t *testing.T) {
+			t.Setenv(AssetsEnv, tc.assets)
+			t.Setenv(BinDirEnv, tc.binDir)
+			got, err := FindBinDir()
+			if tc.want != "" {
+				if err != nil || got != tc.want {
+					t.Fatalf("FindBinDir() = %q, %v; want %q", got, err, tc.want)
+				}
+				return
+			}
+			if err == nil || !errors.Is(err, ErrBinariesMissing) {
+				t.Fatalf("FindBinDir() = %q, %v; want an error wrapping ErrBinariesMissing", got, err)
+			}
+			for _, want := range tc.wantErr {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("FindBinDir() error %q does not mention %q", err, want)
+				}
+			}
+		})
+	}
+
+	t.Run("relative assets path", func(t *testing.T) {
+		t.Chdir(filepath.Dir(full))
+		t.Setenv(AssetsEnv, filepath.Base(full))
+		t.Setenv(BinDirEnv, "")
+		got, err := FindBinDir()
+		if err != nil || got != full {
+			t.Fatalf("FindBinDir() = %q, %v; want %q", got, err, full)
+		}
+	})
+}
+
 func TestMissingBinaries(t *testing.T) {
 	empty := t.TempDir()
+	t.Setenv(AssetsEnv, "")
 	t.Run("QP_BIN_DIR", func(t *testing.T) {
 		t.Setenv(BinDirEnv, empty)
 		_, err := FindBinDir()

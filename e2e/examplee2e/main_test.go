@@ -3,13 +3,10 @@ package examplee2e_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"sync"
 	"testing"
 	"time"
-
-	"go.uber.org/goleak"
 
 	"github.com/quietpatch/quietpatch/e2e/cluster"
 	"github.com/quietpatch/quietpatch/e2e/examplee2e"
@@ -79,24 +76,7 @@ func (e *env) close() error {
 
 var shared env
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if err := shared.close(); err != nil {
-		fmt.Fprintln(os.Stderr, "tearing down the shared control plane:", err)
-		code = 1
-	}
-	if code == 0 {
-		if err := goleak.Find(
-			// Started by klog's init; lives for the process.
-			goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
-			goleak.IgnoreAnyFunction("k8s.io/klog/v2.(*flushDaemon).run"),
-		); err != nil {
-			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { cluster.RunShared(m, shared.close) }
 
 // testContext is a context bounded by d and by the test's end.
 func testContext(t *testing.T, d time.Duration) context.Context {

@@ -52,7 +52,7 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	cp := shared.get(t)
+	cp := shared.Get(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	t.Cleanup(cancel)
 	ns, err := cp.NewNamespace(ctx, "leader-")

@@ -1,13 +1,12 @@
 package perf
 
 import (
-	"fmt"
-	"os"
 	"testing"
 
 	"github.com/go-logr/logr"
-	"go.uber.org/goleak"
 	"k8s.io/klog/v2"
+
+	"github.com/quietpatch/quietpatch/e2e/cluster"
 )
 
 // TestMain silences client-go's logging, runs the tests and benchmarks,
@@ -18,20 +17,5 @@ func TestMain(m *testing.M) {
 	// client-go logs every request the stall benchmarks cancel; the
 	// benchmarks count outcomes themselves.
 	klog.SetLogger(logr.Discard())
-	code := m.Run()
-	if err := shared.close(); err != nil {
-		fmt.Fprintln(os.Stderr, "stopping the shared world:", err)
-		code = 1
-	}
-	if code == 0 {
-		if err := goleak.Find(
-			// Started by klog's init; lives for the process.
-			goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
-			goleak.IgnoreAnyFunction("k8s.io/klog/v2.(*flushDaemon).run"),
-		); err != nil {
-			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	cluster.RunShared(m, shared.close)
 }

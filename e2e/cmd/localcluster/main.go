@@ -1,10 +1,17 @@
 // Command localcluster runs a local control plane (etcd and kube-apiserver on
-// 127.0.0.1, with the Gateway API CRDs installed) until it is interrupted,
-// then stops it and removes its state. It prints the kubeconfig path and how
-// to use it.
+// 127.0.0.1, with the Gateway API CRDs installed unless -gateway-api=false)
+// until it is interrupted, then stops it and removes its state. It prints the
+// kubeconfig path and how to use it.
 //
-//	make cluster            # or: cd e2e && go run ./cmd/localcluster
+//	make cluster                           # or: cd e2e && go run ./cmd/localcluster
+//	make cluster ARGS="-gateway-api=false" # flags after ARGS= are passed on
 //	go run ./cmd/localcluster -dir /tmp/qp -keep   # keep state and logs
+//
+// SIGINT, SIGTERM and SIGHUP stop the control plane (processes gone, state
+// removed) before the command exits. So does the death of its parent process
+// on Linux (for example `go run` ended by SIGTERM): it then gets SIGTERM.
+// `make cluster` runs the built binary with exec, so make's own forwarding of
+// SIGTERM reaches it.
 package main
 
 import (
@@ -31,10 +38,14 @@ func run() error {
 	var opts cluster.Options
 	flag.StringVar(&opts.Dir, "dir", "", "state directory (default: a temporary directory, removed on exit)")
 	flag.BoolVar(&opts.KeepDir, "keep", false, "keep the temporary state directory on exit")
-	flag.StringVar(&opts.BinDir, "bin-dir", "", "directory with kube-apiserver and etcd (default: $QP_BIN_DIR or e2e/.bin)")
-	flag.BoolVar(&opts.SkipGatewayAPI, "no-gateway-api", false, "do not install the Gateway API CRDs")
+	flag.StringVar(&opts.BinDir, "bin-dir", "", "directory with kube-apiserver and etcd (default: $KUBEBUILDER_ASSETS, else $QP_BIN_DIR, else e2e/.bin)")
+	gatewayAPI := flag.Bool("gateway-api", true, "install the Gateway API standard-channel CRDs (-gateway-api=false skips them)")
 	verbose := flag.Bool("v", false, "log progress")
 	flag.Parse()
+	if flag.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q: flags only (see -help)", flag.Args())
+	}
+	opts.SkipGatewayAPI = !*gatewayAPI
 
 	level := slog.LevelWarn
 	if *verbose {
@@ -42,8 +53,11 @@ func run() error {
 	}
 	opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
+	if err := stopWithParent(); err != nil {
+		return err
+	}
 
 	fmt.Fprintln(os.Stderr, "starting etcd and kube-apiserver ...")
 	cp, err := cluster.Start(ctx, opts)
@@ -59,7 +73,11 @@ func run() error {
 
 	t := cp.Timings()
 	ports := cp.Ports()
-	fmt.Printf(`control plane ready in %v (etcd %v, kube-apiserver %v, Gateway API CRDs %v)
+	gw := "Gateway API CRDs " + t.GatewayAPI.Round(time.Millisecond).String()
+	if opts.SkipGatewayAPI {
+		gw = "Gateway API CRDs not installed"
+	}
+	fmt.Printf(`control plane ready in %v (etcd %v, kube-apiserver %v, %s)
 
   kubeconfig:     %s
   API server:     %s
@@ -76,7 +94,7 @@ Use it:
 
 Press Ctrl-C to stop; the state directory is removed unless -dir or -keep was given.
 `,
-		t.Total.Round(time.Millisecond), t.Etcd.Round(time.Millisecond), t.APIServer.Round(time.Millisecond), t.GatewayAPI.Round(time.Millisecond),
+		t.Total.Round(time.Millisecond), t.Etcd.Round(time.Millisecond), t.APIServer.Round(time.Millisecond), gw,
 		cp.KubeconfigPath(), cp.Host(), cp.EtcdURL(), ports.EtcdPeer,
 		cluster.AdminUser, cluster.AdminGroup,
 		cp.AuditLogPath(), cp.APIServerLogPath(), cp.EtcdLogPath(),
