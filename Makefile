@@ -9,16 +9,20 @@
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 GO ?= go
-MODULES := . examples e2e
+MODULES := . examples e2e e2e/tools
 # Modules that exist yet (the layout fills in over time).
 PRESENT := $(foreach m,$(MODULES),$(if $(wildcard $(m)/go.mod),$(m)))
 
-.PHONY: all test unit e2e bench lint bins demo cluster fuzz
+.PHONY: all test unit e2e bench lint bins tools demo cluster fuzz
 
 all: test
 
 bins:
 	bash e2e/hack/build-binaries.sh
+
+# promtool, from its own module (e2e/tools), cached like the binaries above.
+tools:
+	bash e2e/hack/build-tools.sh
 
 lint:
 	@for m in $(PRESENT); do \
@@ -34,7 +38,7 @@ unit:
 	  (cd $$m && $(GO) test -race -count=1 -timeout 15m ./...); \
 	done
 
-e2e: bins
+e2e: bins tools
 	cd e2e && $(GO) test -count=1 -timeout 60m -p 1 ./...
 
 test: lint unit $(if $(filter e2e,$(PRESENT)),e2e)
