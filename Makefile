@@ -5,6 +5,7 @@
 #   make bench   benchmarks, one table of ratios measured in the same run
 #   make lint    gofmt, go vet, go mod tidy -diff on every module
 #   make cluster a local kube-apiserver + etcd until interrupted
+#   make monitoring  promtool checks of the example's alerts and dashboard
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -13,7 +14,7 @@ MODULES := . examples e2e e2e/tools
 # Modules that exist yet (the layout fills in over time).
 PRESENT := $(foreach m,$(MODULES),$(if $(wildcard $(m)/go.mod),$(m)))
 
-.PHONY: all test unit e2e bench lint bins tools demo cluster fuzz
+.PHONY: all test unit e2e bench lint bins tools monitoring demo cluster fuzz
 
 all: test
 
@@ -23,6 +24,13 @@ bins:
 # promtool, from its own module (e2e/tools), cached like the binaries above.
 tools:
 	bash e2e/hack/build-tools.sh
+
+# The example's alerting rules (promtool check/test rules, each alert broken
+# on purpose must fail its tests), dashboard queries (promtool's parser) and
+# metric names (the naming scheme). Quick: run it while editing
+# examples/httproute-status/deploy/monitoring.
+monitoring: tools
+	cd e2e && $(GO) test -count=1 ./monitoring
 
 lint:
 	@for m in $(PRESENT); do \
@@ -41,7 +49,7 @@ unit:
 e2e: bins tools
 	cd e2e && $(GO) test -count=1 -timeout 60m -p 1 ./...
 
-test: lint unit $(if $(filter e2e,$(PRESENT)),e2e)
+test: lint unit $(if $(filter e2e,$(PRESENT)),monitoring e2e)
 
 bench:
 	bash hack/bench.sh
