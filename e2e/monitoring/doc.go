@@ -24,6 +24,8 @@
 //     quietpatch's naming scheme (or to the Go runtime's and process
 //     collectors), with the labels and label values the instruments have,
 //     and the list equals metric-names.txt.
+//   - `kubectl kustomize` renders deploy/monitoring (when kubectl is on
+//     PATH).
 //
 // promtool is built from the Go module proxy by e2e/hack/build-tools.sh
 // (its own module, e2e/tools, so Prometheus enters neither the library's
