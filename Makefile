@@ -6,11 +6,12 @@
 #   make lint    gofmt, go vet, go mod tidy -diff on every module
 #   make cluster a local kube-apiserver + etcd until interrupted
 #                (make cluster ARGS="-gateway-api=false -v": flags for it)
+#   make monitoring  promtool checks of the example's alerts and dashboard
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 GO ?= go
-MODULES := . examples e2e
+MODULES := . examples e2e e2e/tools
 # Modules that exist yet (the layout fills in over time).
 PRESENT := $(foreach m,$(MODULES),$(if $(wildcard $(m)/go.mod),$(m)))
 
@@ -21,12 +22,23 @@ ifneq ($(strip $(KUBEBUILDER_ASSETS)),)
 export KUBEBUILDER_ASSETS := $(abspath $(KUBEBUILDER_ASSETS))
 endif
 
-.PHONY: all test unit e2e bench lint bins demo cluster fuzz
+.PHONY: all test unit e2e bench lint bins tools monitoring demo cluster fuzz
 
 all: test
 
 bins:
 	bash e2e/hack/build-binaries.sh
+
+# promtool, from its own module (e2e/tools), cached like the binaries above.
+tools:
+	bash e2e/hack/build-tools.sh
+
+# The example's alerting rules (promtool check/test rules, each alert broken
+# on purpose must fail its tests), dashboard queries (promtool's parser) and
+# metric names (the naming scheme). Quick: run it while editing
+# examples/httproute-status/deploy/monitoring.
+monitoring: tools
+	cd e2e && $(GO) test -count=1 ./monitoring
 
 lint:
 	@for m in $(PRESENT); do \
@@ -42,10 +54,10 @@ unit:
 	  (cd $$m && $(GO) test -race -count=1 -timeout 15m ./...); \
 	done
 
-e2e: bins
+e2e: bins tools
 	cd e2e && $(GO) test -count=1 -timeout 60m -p 1 ./...
 
-test: lint unit $(if $(filter e2e,$(PRESENT)),e2e)
+test: lint unit $(if $(filter e2e,$(PRESENT)),monitoring e2e)
 
 bench:
 	bash hack/bench.sh
