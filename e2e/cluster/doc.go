@@ -51,6 +51,9 @@
 // server. Its Fault can be changed at any time: added latency, a stall that
 // holds requests until cleared or the client gives up, injected 5xx or 429
 // (with Retry-After) answers with a probability, and connection resets.
+// With Fault.Detach, a delayed request is forwarded after its latency even
+// if its client gave up meanwhile — a write already on its way, which a
+// client's cancel does not undo.
 // Bearer tokens pass through it, so FaultProxy.ConfigFor keeps the identity.
 // StopAPIServer/StartAPIServer, StopEtcd/StartEtcd and RestartAPIServer/
 // RestartEtcd take a component down and bring it back on the same port with
