@@ -44,6 +44,10 @@
 //   - AuditEvents / FindAuditEvents / WaitForAuditEvent read the audit log:
 //     every write to a status subresource or a Lease, with who, when, verb,
 //     object and response code.
+//   - Record lists and watches one resource and keeps every version of its
+//     objects (History), resourceVersion included: etcd's revision, one
+//     counter for all objects, so writes to a Lease and to routes can be
+//     ordered against each other; StatusChanges picks the status writes.
 //
 // # Faults and outages
 //
