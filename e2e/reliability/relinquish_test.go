@@ -46,9 +46,12 @@ func TestRelinquishNoStatusWriteAfterVacate(t *testing.T) {
 		leaseDuration                             = 4 * time.Second // renewals leave >= 2.67 s of claim for a call
 		retryPeriod                               = 250 * time.Millisecond
 		patchTimeout                              = 3 * time.Second
-		hold                                      = time.Second // < the claim left at any call: the calls in flight can get their answer
-		backoff                                   = time.Minute // a stays out of the race for the rest of the test
-		n                                         = 40
+		// hold is how long a write is on its way: short against the claim
+		// left at any call (>= RenewGrace, 2.67 s), so that a library
+		// keeping its promise gets every answer before its claim ends.
+		hold    = 500 * time.Millisecond
+		backoff = time.Minute // a stays out of the race for the rest of the test
+		n       = 40
 	)
 	ns, err := cp.NewNamespace(ctx, "rq-")
 	if err != nil {
@@ -120,10 +123,11 @@ func TestRelinquishNoStatusWriteAfterVacate(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	held := proxy.Stats().Delaying
 	relinquishedAt := time.Now()
 	relErr := a.relinquish(ctx, backoff)
-	t.Logf("%s relinquished with %d status patches in flight: Relinquish returned %v after %v",
-		a.id, proxy.Stats().Delaying, relErr, time.Since(relinquishedAt).Round(time.Millisecond))
+	t.Logf("%s relinquished with %d status patches held in the proxy: Relinquish returned %v after %v",
+		a.id, held, relErr, time.Since(relinquishedAt).Round(time.Millisecond))
 
 	h, err := waitHandover(ctx, lease, a.id, b.id)
 	if err != nil {

@@ -58,8 +58,11 @@ func TestSIGTERMNoStatusWriteAfterVacate(t *testing.T) {
 		ns                                        = "sg-system"
 		leaseDuration                             = 4 * time.Second // renewals leave >= 2.67 s of claim for a call
 		patchTimeout                              = 3 * time.Second
-		hold                                      = time.Second // < the claim left at any call: the calls in flight can get their answer
-		successorHold                             = 2500 * time.Millisecond
+		// hold is how long a write is on its way: short against the claim
+		// left at any call (>= RenewGrace, 2.67 s), so that a library
+		// keeping its promise gets every answer before its claim ends.
+		hold          = 500 * time.Millisecond
+		successorHold = 1500 * time.Millisecond // > hold + a second: the successor cannot overwrite a late write first
 	)
 	set := installSet(t, ctx, cp, fixtures.Config{Routes: 100, Namespaces: 2, Prefix: "sg", ControllerName: controller})
 	want := examplee2e.ExpectFixtures(set)
