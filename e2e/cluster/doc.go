@@ -47,6 +47,10 @@
 //   - AuditEvents / FindAuditEvents / WaitForAuditEvent read the audit log:
 //     every write to a status subresource or a Lease, with who, when, verb,
 //     object and response code.
+//   - Record lists and watches one resource and keeps every version of its
+//     objects (History), resourceVersion included: etcd's revision, one
+//     counter for all objects, so writes to a Lease and to routes can be
+//     ordered against each other; StatusChanges picks the status writes.
 //
 // # Faults and outages
 //
@@ -54,6 +58,9 @@
 // server. Its Fault can be changed at any time: added latency, a stall that
 // holds requests until cleared or the client gives up, injected 5xx or 429
 // (with Retry-After) answers with a probability, and connection resets.
+// With Fault.Detach, a delayed request is forwarded after its latency even
+// if its client gave up meanwhile — a write already on its way, which a
+// client's cancel does not undo.
 // Bearer tokens pass through it, so FaultProxy.ConfigFor keeps the identity.
 // StopAPIServer/StartAPIServer, StopEtcd/StartEtcd and RestartAPIServer/
 // RestartEtcd take a component down and bring it back on the same port with

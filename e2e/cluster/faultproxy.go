@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -27,7 +28,9 @@ import (
 //  1. Stall: the request waits (nothing is sent upstream) until the fault
 //     is changed, the client gives up, or the proxy closes; then it is
 //     handled by whatever fault is in force by then.
-//  2. Latency: the request waits this long before going on.
+//  2. Latency: the request waits this long before going on. If the client
+//     gives up meanwhile, nothing is sent upstream — unless Detach is set,
+//     in which case the request goes on without its client (see Detach).
 //  3. With probability ResetProbability the client's connection is reset
 //     (TCP RST, no response).
 //  4. With probability ErrorProbability the proxy answers ErrorCode itself
@@ -46,6 +49,19 @@ type Fault struct {
 	Latency time.Duration
 	// Stall holds requests until the fault changes or the client gives up.
 	Stall bool
+	// Detach, with Latency > 0, holds each request for Latency and then
+	// forwards it whether or not its client is still waiting: a client
+	// that cancels, times out or closes its connection meanwhile does not
+	// stop it, and the API server's answer is then thrown away. The proxy
+	// reads the request body before it waits, so it has the whole request
+	// to send. This is what a real client meets when it cancels a write
+	// that is already on its way to the API server and etcd: the cancel
+	// does not undo the write, which may land after the client gave up —
+	// after, say, the client's replica vacated its Lease. Only Close ends
+	// a detached request early (nothing is sent then). Without Detach, a
+	// client that gives up during Latency ends the request and nothing is
+	// sent upstream.
+	Detach bool
 	// ErrorProbability in [0, 1] of answering ErrorCode instead of forwarding.
 	ErrorProbability float64
 	// ErrorCode is the status injected errors carry: 429 or 500–599.
@@ -84,6 +100,8 @@ type ProxyStats struct {
 	Stalled        int64 // requests that were stalled
 	Errors         int64 // injected error answers
 	Resets         int64 // connections reset by a fault or ResetConnections
+	Detached       int64 // requests forwarded upstream after their client had gone (Fault.Detach)
+	Delaying       int64 // requests held by Stall or Latency now, or forwarded after that and not yet answered
 	InFlight       int64 // requests being handled now (watches included)
 	OpenConns      int64 // client connections open now
 }
@@ -119,7 +137,7 @@ type FaultProxy struct {
 
 	serveDone chan struct{}
 
-	requests, forwarded, upstreamErrors, delayed, stalled, injected, resets, inFlight atomic.Int64
+	requests, forwarded, upstreamErrors, delayed, stalled, injected, resets, inFlight, detached, delaying atomic.Int64
 }
 
 // NewFaultProxy starts a FaultProxy in front of the API server, with no
@@ -252,6 +270,8 @@ func (p *FaultProxy) Stats() ProxyStats {
 		Stalled:        p.stalled.Load(),
 		Errors:         p.injected.Load(),
 		Resets:         p.resets.Load(),
+		Detached:       p.detached.Load(),
+		Delaying:       p.delaying.Load(),
 		InFlight:       p.inFlight.Load(),
 		OpenConns:      open,
 	}
@@ -357,17 +377,34 @@ func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 
 	var f Fault
+	buffered, held := false, false
+	hold := func() { // counts the request in Delaying once, until it ends
+		if !held {
+			held = true
+			p.delaying.Add(1)
+		}
+	}
+	defer func() {
+		if held {
+			p.delaying.Add(-1)
+		}
+	}()
 	for counted := false; ; {
 		var changed <-chan struct{}
 		f, changed = p.current()
 		if f.Match != nil && !f.Match(r) {
 			f = Fault{}
 		}
+		if (f.Stall || f.Latency > 0) && !buffered {
+			r = bufferBody(r)
+			buffered = true
+		}
 		if !f.Stall {
 			break
 		}
 		if !counted {
 			p.stalled.Add(1)
+			hold()
 			counted = true
 		}
 		select {
@@ -380,12 +417,21 @@ func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if f.Latency > 0 {
 		p.delayed.Add(1)
+		hold()
+		wait := ctx
+		if f.Detach {
+			r = r.Clone(p.ctx) // the body is buffered; only Close ends it now
+			wait = p.ctx
+		}
 		t := time.NewTimer(f.Latency)
 		select {
 		case <-t.C:
-		case <-ctx.Done():
+		case <-wait.Done():
 			t.Stop()
 			panic(http.ErrAbortHandler)
+		}
+		if f.Detach && ctx.Err() != nil {
+			p.detached.Add(1) // forwarded below although nobody waits
 		}
 	}
 	if f.ResetProbability > 0 && rand.Float64() < f.ResetProbability {
@@ -412,6 +458,28 @@ func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	p.forwarded.Add(1)
 	p.rp.ServeHTTP(w, r)
+}
+
+// bufferBody reads r's body into memory and returns r with that body, or
+// aborts the request if the body cannot be read. A request that a fault
+// holds needs it twice over: the server notices that the client has gone
+// only once the handler has read the body to its end (until then a
+// cancelled request would still be forwarded, from what the connection had
+// buffered), and a detached request must carry its body after the client
+// has gone.
+func bufferBody(r *http.Request) *http.Request {
+	if r.Body == nil || r.Body == http.NoBody {
+		return r
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	_ = r.Body.Close()
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	r.ContentLength = int64(len(body))
+	return r
 }
 
 func (p *FaultProxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {

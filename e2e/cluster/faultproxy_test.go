@@ -19,11 +19,13 @@ import (
 )
 
 // fakeUpstream is a TLS server standing in for the API server: /whoami
-// echoes the Authorization header, /stream writes a line every 20 ms until
-// the request ends.
+// echoes the Authorization header, /write records the request body,
+// /stream writes a line every 20 ms until the request ends.
 type fakeUpstream struct {
-	srv  *httptest.Server
-	hits atomic.Int64
+	srv    *httptest.Server
+	hits   atomic.Int64
+	writes atomic.Int64
+	body   atomic.Value // string: the last body /write received
 }
 
 func newProxyUnderTest(t *testing.T) (*FaultProxy, *fakeUpstream, *http.Client) {
@@ -37,6 +39,16 @@ func newProxyUnderTest(t *testing.T) (*FaultProxy, *fakeUpstream, *http.Client) 
 	mux.HandleFunc("/whoami", func(w http.ResponseWriter, r *http.Request) {
 		up.hits.Add(1)
 		fmt.Fprintf(w, "auth=%s", r.Header.Get("Authorization"))
+	})
+	mux.HandleFunc("/write", func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		up.body.Store(string(b))
+		up.writes.Add(1)
+		fmt.Fprint(w, "written")
 	})
 	mux.HandleFunc("/stream", func(w http.ResponseWriter, r *http.Request) {
 		up.hits.Add(1)
@@ -160,6 +172,51 @@ func TestFaultProxyForwardsAndInjects(t *testing.T) {
 			t.Errorf("request took %v, want >= 200ms", d)
 		}
 	})
+
+	// A client that gives up while its request waits out Latency: without
+	// Detach nothing reaches the upstream; with Detach the whole request
+	// does, after Latency, as a write already on its way would.
+	for _, detach := range []bool{false, true} {
+		t.Run(fmt.Sprintf("latency, client gives up, detach=%v", detach), func(t *testing.T) {
+			defer p.ClearFault()
+			const latency = 300 * time.Millisecond
+			if err := p.SetFault(Fault{Latency: latency, Detach: detach}); err != nil {
+				t.Fatal(err)
+			}
+			writes, detached := up.writes.Load(), p.Stats().Detached
+			rctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(rctx, http.MethodPost, p.URL()+"/write", strings.NewReader("body-1"))
+			begin := time.Now()
+			if resp, err := c.Do(req); !errors.Is(err, context.DeadlineExceeded) {
+				if err == nil {
+					resp.Body.Close()
+				}
+				t.Fatalf("got %v, want the client's deadline", err)
+			}
+			// Every request ends in the proxy (the detached one once the
+			// upstream answered it) ...
+			waitStats(t, p, "the request ends in the proxy", func(s ProxyStats) bool { return s.InFlight == 0 && s.Delaying == 0 })
+			got := up.writes.Load() - writes
+			if !detach {
+				if got != 0 {
+					t.Errorf("%d writes reached the upstream after the client gave up, want 0", got)
+				}
+				return
+			}
+			// ... and the detached one reached the upstream, whole, no
+			// earlier than Latency after it was sent.
+			if got != 1 || up.body.Load() != "body-1" {
+				t.Fatalf("%d writes reached the upstream (last body %v), want 1 with body-1", got, up.body.Load())
+			}
+			if d := time.Since(begin); d < latency {
+				t.Errorf("the detached request was answered %v after it was sent, want >= %v", d, latency)
+			}
+			if s := p.Stats(); s.Detached != detached+1 {
+				t.Errorf("Stats.Detached = %d, want %d", s.Detached, detached+1)
+			}
+		})
+	}
 
 	t.Run("match selects requests", func(t *testing.T) {
 		defer p.ClearFault()

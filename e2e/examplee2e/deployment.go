@@ -239,6 +239,24 @@ func (d *Deployment) waitReady(ctx context.Context, r *Replica) error {
 	}
 }
 
+// Restart starts r's replica again — a new process with the same flags and
+// the same --identity, as a kubelet restarts a crashed container — once r
+// has exited, and waits until the new process is ready. The new replica
+// takes r's place in Replicas and is returned.
+func (d *Deployment) Restart(ctx context.Context, r *Replica) (*Replica, error) {
+	if !r.Exited() {
+		return nil, fmt.Errorf("examplee2e: replica %s (pid %d) is still running; Kill or Stop it first", r.Identity, r.PID())
+	}
+	nr, err := d.start(r.Identity)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.waitReady(ctx, nr); err != nil {
+		return nil, err
+	}
+	return d.Replica(r.Identity), nil // waitReady may have started it again on other ports
+}
+
 // Config returns the configuration with defaults applied.
 func (d *Deployment) Config() Config { return d.cfg }
 

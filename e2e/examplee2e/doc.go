@@ -18,7 +18,8 @@
 //     the replicas with their flags (Config), each with its own metrics and
 //     health address on free 127.0.0.1 ports and its own log file, and
 //     waits until every replica is ready. Deployment.WaitLeader reads the
-//     Lease; Replica.Kill is a SIGKILL, Replica.Stop a SIGTERM.
+//     Lease; Replica.Kill is a SIGKILL, Replica.Stop a SIGTERM, and
+//     Deployment.Restart starts an exited replica again with its identity.
 //   - Install creates fixtures (fixtures.Set.Objects) as the admin with
 //     bounded concurrency; ExpectFixtures, CheckRoute and
 //     Expectations.Census check the statuses read back from the server.

@@ -4,7 +4,8 @@
 // package cluster (kube-apiserver + etcd) while things go wrong.
 //
 // The package has no code of its own besides this documentation; its tests
-// are its content:
+// are its content (libparts_test.go holds every direct use of the library's
+// API):
 //
 //   - TestLeastPrivilege: the controller binary runs under exactly the RBAC
 //     of examples/httproute-status/deploy and every route converges; then,
@@ -28,6 +29,25 @@
 //     intervals (+1 s slack), and the audit log, with claim periods
 //     reconstructed from the Lease writes, shows no status write by an
 //     identity that did not hold a current claim.
+//   - TestSIGTERMNoStatusWriteAfterVacate and
+//     TestRelinquishNoStatusWriteAfterVacate: a replica gives the Lease up
+//     on purpose — the example controller by SIGTERM, a replica built from
+//     the library's parts (leader.Claimer, statuspatch.PatchQueue and
+//     Dispatcher) by Relinquish — while its status patches are held in a
+//     FaultProxy that forwards them even after the client gave up
+//     (Fault.Detach). Every version of the Lease and the routes is recorded
+//     from the start (cluster.History) and the status writes that landed
+//     are ordered against the Lease's writes by resourceVersion: none of
+//     the replica's may land after its vacate or its successor's
+//     acquisition; without a vacate, the successor must have waited out
+//     the claim. The audit log tells the successor's writes from the
+//     stopping replica's, whatever the latter's requests were answered.
+//   - TestRestartDoesNotInheritClaim: the leader is killed with SIGKILL
+//     right after a renewal and started again at once with the same
+//     --identity, three times; its first acquisition (a higher
+//     spec.leaseTransitions) comes no earlier than a lease duration after
+//     its predecessor's last renewal, and it never writes the Lease under
+//     its predecessor's epoch.
 //   - TestSlowOrFailingAPI: a controller with QP_RELIABILITY_FAULT_ROUTES
 //     routes (default 2,000) behind a FaultProxy that adds 2 s latency,
 //     stalls, answers 50% of requests with 503, then resets connections,

@@ -3,7 +3,6 @@ package reliability_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -37,27 +36,11 @@ func TestSlowOrFailingAPI(t *testing.T) {
 	n := envInt(t, "QP_RELIABILITY_FAULT_ROUTES", 2000)
 	set := installSet(t, ctx, cp, fixtures.Config{Routes: n, Namespaces: 4, Prefix: "ft", ControllerName: controller})
 	want := examplee2e.ExpectFixtures(set)
-	proxy, err := cp.NewFaultProxy()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := proxy.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	proxy := newProxy(t, cp)
 	cfg := baseConfig(t, binary, rbac, ns, controller)
 	cfg.ServiceAccount = "ft"
 	cfg.LeaseDuration = 15 * time.Second // the faults are the subject, not failover
-	rc, err := proxy.ConfigFor(ctx, ns, cfg.ServiceAccount)
-	if err != nil {
-		t.Fatal(err)
-	}
-	viaProxy := filepath.Join(cfg.Dir, "via-proxy.kubeconfig")
-	if err := examplee2e.WriteKubeconfig(viaProxy, rc); err != nil {
-		t.Fatal(err)
-	}
-	cfg.ExtraArgs = []string{"--kubeconfig=" + viaProxy}
+	throughProxy(t, ctx, proxy, &cfg)
 	begin := time.Now()
 	d := deploy(t, ctx, cp, cfg)
 	r := d.Replicas()[0]

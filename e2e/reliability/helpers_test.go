@@ -2,6 +2,8 @@ package reliability_test
 
 import (
 	"context"
+	"fmt"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -115,4 +117,50 @@ func dropEntry(ctx context.Context, t *testing.T, cp *cluster.ControlPlane, nn t
 // routeName is the namespaced name of a route.
 func routeName(r *gatewayv1.HTTPRoute) types.NamespacedName {
 	return types.NamespacedName{Namespace: r.Namespace, Name: r.Name}
+}
+
+// newProxy starts a fault proxy in front of the API server, closed when
+// the test ends.
+func newProxy(t *testing.T, cp *cluster.ControlPlane) *cluster.FaultProxy {
+	t.Helper()
+	proxy, err := cp.NewFaultProxy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := proxy.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return proxy
+}
+
+// throughProxy makes the replicas of cfg reach the API server through
+// proxy: a kubeconfig for cfg's ServiceAccount whose server is the proxy,
+// passed as a --kubeconfig after the Deployment's own (the later flag wins).
+func throughProxy(t *testing.T, ctx context.Context, proxy *cluster.FaultProxy, cfg *examplee2e.Config) {
+	t.Helper()
+	rc, err := proxy.ConfigFor(ctx, cfg.Namespace, cfg.ServiceAccount)
+	if err != nil {
+		t.Fatal(err)
+	}
+	viaProxy := filepath.Join(cfg.Dir, cfg.ServiceAccount+"-via-proxy.kubeconfig")
+	if err := examplee2e.WriteKubeconfig(viaProxy, rc); err != nil {
+		t.Fatal(err)
+	}
+	cfg.ExtraArgs = append(cfg.ExtraArgs, "--kubeconfig="+viaProxy)
+}
+
+// waitProxyIdle waits until proxy holds no request: every request a fault
+// delayed has been answered upstream or has ended.
+func waitProxyIdle(t *testing.T, ctx context.Context, proxy *cluster.FaultProxy) {
+	t.Helper()
+	if err := examplee2e.Poll(ctx, 20*time.Millisecond, func(context.Context) error {
+		if s := proxy.Stats(); s.Delaying > 0 {
+			return fmt.Errorf("%d requests still held by the proxy or on their way upstream", s.Delaying)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -3,7 +3,6 @@ package reliability_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -35,28 +34,12 @@ func TestLeadershipMovesWhileQueueFull(t *testing.T) {
 	set := installSet(t, ctx, cp, fixtures.Config{Routes: 200, Namespaces: 2, Prefix: "st", ControllerName: controller})
 	want := examplee2e.ExpectFixtures(set)
 
-	proxy, err := cp.NewFaultProxy()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := proxy.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	proxy := newProxy(t, cp)
 	// Replica A: through the proxy, one worker, a small queue.
 	cfgA := baseConfig(t, binary, rbac, ns, controller)
 	cfgA.ServiceAccount, cfgA.LeaseDuration, cfgA.Workers, cfgA.QueueCapacity = "st-a", leaseDuration, 1, capacity
 	cfgA.PatchTimeout = 2 * time.Second
-	rc, err := proxy.ConfigFor(ctx, ns, cfgA.ServiceAccount)
-	if err != nil {
-		t.Fatal(err)
-	}
-	viaProxy := filepath.Join(cfgA.Dir, "via-proxy.kubeconfig")
-	if err := examplee2e.WriteKubeconfig(viaProxy, rc); err != nil {
-		t.Fatal(err)
-	}
-	cfgA.ExtraArgs = []string{"--kubeconfig=" + viaProxy} // the later flag wins
+	throughProxy(t, ctx, proxy, &cfgA)
 	dA := deploy(t, ctx, cp, cfgA)
 	a := dA.Replicas()[0]
 	if _, err := dA.WaitLeader(ctx); err != nil {
