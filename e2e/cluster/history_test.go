@@ -16,7 +16,7 @@ import (
 // is recorded version by version in resourceVersion order, and only the
 // status write is a StatusChanges entry.
 func TestHistory(t *testing.T) {
-	cp := shared.get(t)
+	cp := shared.Get(t)
 	ctx := testContext(t, time.Minute)
 	ns, err := cp.NewNamespace(ctx, "history-")
 	if err != nil {

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/clock"
@@ -88,9 +88,9 @@ type Computer[O metav1.Object] struct {
 	cfg      Config[O]
 	clk      clock.PassiveClock
 	unstruct bool
-	status   int         // index of the Status field (typed)
-	conds    int         // index of Status.Conditions
-	gen      int         // index of Status.ObservedGeneration
+	status   int            // index of the Status field (typed)
+	conds    int            // index of Status.Conditions
+	gen      int            // index of Status.ObservedGeneration
 	byJSON   map[string]int // Status fields by JSON name (typed)
 }
 

@@ -33,4 +33,3 @@ func ExampleEqual() {
 	// true true
 	// false false
 }
-
