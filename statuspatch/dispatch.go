@@ -96,10 +96,11 @@ type DispatcherConfig[P any] struct {
 	// ClaimMargin: no call starts with less than ClaimMargin of our claim
 	// left; such a patch is dropped (reason claim_ending). A call started
 	// closer to the claim's end could still be in flight when the claim
-	// ends. Default: max([DefaultClaimMargin], 4 × the Peak-EWMA of the
-	// patch latency observed so far). Must not be negative; with a
-	// leader.Claimer it matters only when renewals fail, as a healthy
-	// holder keeps at least RenewGrace of its claim.
+	// ends. Default: twice the Peak-EWMA of the patch latency observed so
+	// far, at least [DefaultClaimMargin] and at most PatchTimeout/2. Must
+	// not be negative; with a leader.Claimer it matters only when
+	// renewals fail, as a healthy holder keeps at least RenewGrace of its
+	// claim.
 	ClaimMargin time.Duration
 	// Workers is the number of patches in flight at most. Default 1; at
 	// most 1024.
@@ -305,8 +306,11 @@ func (d *Dispatcher[P]) claimMargin() time.Duration {
 	if d.margin > 0 {
 		return d.margin
 	}
-	est := time.Duration(4 * d.latency.Value() * float64(time.Second))
-	return max(DefaultClaimMargin, est)
+	// Twice the latency estimate, at least DefaultClaimMargin, at most half
+	// of PatchTimeout: a slow server must not stop every call (the estimate
+	// only moves when calls are made).
+	est := time.Duration(2 * d.latency.Value() * float64(time.Second))
+	return min(max(DefaultClaimMargin, est), d.timeout/2)
 }
 
 // Run drains the queue until ctx is cancelled or the queue is closed and

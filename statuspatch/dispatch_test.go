@@ -719,3 +719,26 @@ func TestNewDispatcherValidation(t *testing.T) {
 		})
 	}
 }
+
+// The default margin follows the latency but never above PatchTimeout/2:
+// after slow calls, a claim that a healthy holder keeps (more than half a
+// PatchTimeout left) still gets calls — the estimate only moves when calls
+// are made, so a margin above the claim would stop them for good.
+func TestDispatchClaimMarginIsCapped(t *testing.T) {
+	r := newDrig(t, func(c *DispatcherConfig[tPayload]) { c.PatchTimeout = 2 * time.Second })
+	r.lead(1)
+	r.pat.fn = func(context.Context, tPayload) error {
+		r.clock.Step(3 * time.Second) // a slow call: latency 3s
+		return nil
+	}
+	r.send(t, "ns/slow", 1)
+	r.start(t)
+	waitFor(t, "the slow call", func() bool { return r.outcome(t, outcome.OK) == 1 })
+	if got := r.d.claimMargin(); got != time.Second {
+		t.Errorf("margin %v after a 3s call, want PatchTimeout/2 = 1s", got)
+	}
+	r.pat.fn = nil
+	r.obs.Set(leader.Claim{Holder: "me", Expiry: r.clock.Now().Add(1500 * time.Millisecond), Epoch: 1})
+	r.send(t, "ns/next", 1)
+	waitFor(t, "the next call", func() bool { return r.outcome(t, outcome.OK) == 2 })
+}
