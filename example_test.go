@@ -1,0 +1,138 @@
+package quietpatch_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/quietpatch/quietpatch"
+	"github.com/quietpatch/quietpatch/leader"
+	"github.com/quietpatch/quietpatch/statuspatch"
+	"github.com/quietpatch/quietpatch/statuspatch/conditions"
+	"github.com/quietpatch/quietpatch/statuspatch/source"
+)
+
+// Widget is a custom resource of one's own, example.com/v1 — the Go type
+// kubebuilder generates: a spec, and a status of conditions and
+// observedGeneration.
+type Widget struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              WidgetSpec   `json:"spec,omitempty"`
+	Status            WidgetStatus `json:"status,omitempty"`
+}
+
+// WidgetSpec is the Widget's spec.
+type WidgetSpec struct {
+	Size int `json:"size"`
+}
+
+// WidgetStatus is the Widget's status.
+type WidgetStatus struct {
+	ObservedGeneration int64              `json:"observedGeneration,omitempty"`
+	Conditions         []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// The whole wiring of a status controller for a custom resource: a cache of
+// Widgets, the one function that says what their conditions should be, and
+// one call. Run waits for the cache, competes for the Lease, reconciles
+// every interval and on every change, patches only what changed, and stops
+// in the safe order. The clients here are client-go's fakes; a controller
+// passes real ones (and the same dynamic client to the patcher).
+func Example() {
+	gvr := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
+	widget := func(name string, size int64) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "example.com/v1", "kind": "Widget",
+			"metadata": map[string]any{"namespace": "demo", "name": name, "generation": int64(1), "resourceVersion": "1"},
+			"spec":     map[string]any{"size": size},
+		}}
+	}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{gvr: "WidgetList"}, widget("small", 3), widget("huge", 300))
+	kube := fake.NewClientset()
+
+	// A cache of Widgets, converted to the Go type once as they arrive.
+	informers := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
+	inf := informers.ForResource(gvr).Informer()
+	if err := inf.SetTransform(source.ToTyped[Widget]()); err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	// The status: one Ready condition from the spec.
+	computer, err := conditions.New(conditions.Config[*Widget]{
+		Conditions: func(w *Widget) ([]metav1.Condition, error) {
+			if w.Spec.Size > 100 {
+				return []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: "TooLarge",
+					Message: fmt.Sprintf("size %d is above 100", w.Spec.Size)}}, nil
+			}
+			return []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Sized", Message: "ok"}}, nil
+		},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	patcher, err := statuspatch.NewDynamicStatusPatcher(dyn, gvr, "example.com/widget-status")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	// One call: the Lease, the queue, the reconciler, the dispatcher.
+	ctrl, err := quietpatch.New(source.Informer[*Widget](inf), computer, patcher, quietpatch.Config{
+		Name:   "widgets",
+		Leases: kube.CoordinationV1(),
+		Lease:  leader.Config{Namespace: "demo", Name: "widget-status"},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	informers.Start(ctx.Done())
+	done := make(chan error, 1)
+	go func() { done <- ctrl.Run(ctx) }()
+
+	// Wait (here: poll) until both Widgets have their status.
+	ready := func(name string) string {
+		u, err := dyn.Resource(gvr).Namespace("demo").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return ""
+		}
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		if len(conds) != 1 {
+			return ""
+		}
+		c := conds[0].(map[string]any)
+		return fmt.Sprintf("%s: Ready=%s (%s)", name, c["status"], c["reason"])
+	}
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if ready("small") != "" && ready("huge") != "" {
+			break
+		}
+	}
+	fmt.Println(ready("small"))
+	fmt.Println(ready("huge"))
+
+	cancel()
+	fmt.Println("Run:", <-done)
+	st := ctrl.Stats()
+	fmt.Println("patches ok:", st.Dispatcher.Patches["ok"])
+	informers.Shutdown()
+	// Output:
+	// small: Ready=True (Sized)
+	// huge: Ready=False (TooLarge)
+	// Run: <nil>
+	// patches ok: 2
+}
