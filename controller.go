@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,10 +29,15 @@ const (
 	DefaultInterval = 10 * time.Second
 	// DefaultSyncTimeout is the default Config.SyncTimeout.
 	DefaultSyncTimeout = 2 * time.Minute
-	// DefaultPatchLatency is the per-patch latency the default capacity
-	// assumes: one status patch in flight against a real kube-apiserver on
-	// 2 cores took 1/144 s (≈ 6.9 ms) on average.
+	// DefaultPatchLatency is the per-patch latency the first capacity
+	// assumes, before anything was measured: one status patch in flight
+	// against a real kube-apiserver on 2 cores took 1/144 s (≈ 6.9 ms) on
+	// average.
 	DefaultPatchLatency = time.Second / 144
+	// DefaultMinCapacity and DefaultMaxCapacity bound the automatic
+	// capacity; DefaultMaxCapacity is Config.MaxCapacity's default.
+	DefaultMinCapacity = 100
+	DefaultMaxCapacity = 50_000
 )
 
 // Errors of the Controller.
@@ -77,15 +83,29 @@ type Config struct {
 	// Interval between full reconcile passes while leader. Default
 	// [DefaultInterval].
 	Interval time.Duration
-	// Capacity of the patch queue: the patches the API server absorbs in
-	// one Interval. Default statuspatch.SuggestCapacity(Interval,
-	// DefaultPatchLatency, 0, Workers): 1,440 with the other defaults.
+	// Capacity fixes the capacity of the patch queue. Zero (the default)
+	// makes it follow what the dispatcher drains: the patches applied in
+	// one Interval at the current in-flight limit and latency
+	// (DispatcherStats.DrainRate × Interval), re-read every Interval,
+	// between DefaultMinCapacity and MaxCapacity, starting from
+	// statuspatch.SuggestCapacity(Interval, DefaultPatchLatency, 0, 1) =
+	// 1,440. Then a backlog drains within an interval, passes halt only
+	// on real excess, and a patch does not wait until it expires.
 	Capacity int
+	// MaxCapacity bounds the automatic capacity. Default
+	// [DefaultMaxCapacity]. Memory grows with use up to the capacity, each
+	// slot holding one patch.
+	MaxCapacity int
 	// MaxAge: a patch that waited longer is dropped at dequeue (the next
 	// pass recomputes it). Default 2 × Interval; negative means never.
 	MaxAge time.Duration
-	// Workers is the number of status patches in flight at most. Default 1.
+	// Workers fixes the number of status patches in flight at most.
+	// Zero (the default) makes it adaptive, between 1 and MaxInFlight
+	// (see statuspatch.Dispatcher).
 	Workers int
+	// MaxInFlight bounds the adaptive in-flight limit. Default
+	// statuspatch.DefaultMaxInFlight.
+	MaxInFlight int
 	// PatchTimeout bounds every patch call (and the claim left bounds it
 	// further). Default statuspatch.DefaultPatchTimeout.
 	PatchTimeout time.Duration
@@ -139,6 +159,8 @@ type Controller[O, S, P any] struct {
 	reconciler *statuspatch.Reconciler[O, S, P]
 	dispatcher *statuspatch.Dispatcher[P]
 
+	autoCapacity bool
+
 	started  atomic.Bool
 	synced   atomic.Bool
 	stopping atomic.Bool
@@ -183,8 +205,13 @@ func New[O, S, P any](src statuspatch.Source[O], comp statuspatch.StatusComputer
 	if maxAge < 0 {
 		maxAge = 0
 	}
+	capacity := cfg.Capacity
+	if capacity == 0 {
+		c.autoCapacity = true
+		capacity = min(max(statuspatch.SuggestCapacity(cfg.Interval, DefaultPatchLatency, 0, 1), DefaultMinCapacity), cfg.MaxCapacity)
+	}
 	if c.queue, err = statuspatch.NewPatchQueue(statuspatch.QueueConfig[statuspatch.Patch[P]]{
-		Capacity: cfg.Capacity,
+		Capacity: capacity,
 		Key:      statuspatch.PatchKey[P],
 		MaxAge:   maxAge,
 		Name:     cfg.Name,
@@ -213,6 +240,7 @@ func New[O, S, P any](src statuspatch.Source[O], comp statuspatch.StatusComputer
 		PatchTimeout: cfg.PatchTimeout,
 		ClaimMargin:  cfg.ClaimMargin,
 		Workers:      cfg.Workers,
+		MaxInFlight:  cfg.MaxInFlight,
 		Clock:        cfg.Clock,
 		Logger:       cfg.Logger,
 		Meter:        cfg.Meter,
@@ -245,9 +273,11 @@ func (cfg Config) withDefaults() (Config, error) {
 	case cfg.Interval < 0:
 		return cfg, cfgErr("Interval", "must be >= 0 (0 means %s), got %s", DefaultInterval, cfg.Interval)
 	case cfg.Capacity < 0:
-		return cfg, cfgErr("Capacity", "must be >= 0 (0 means the default), got %d", cfg.Capacity)
+		return cfg, cfgErr("Capacity", "must be >= 0 (0 means automatic), got %d", cfg.Capacity)
+	case cfg.MaxCapacity < 0:
+		return cfg, cfgErr("MaxCapacity", "must be >= 0 (0 means %d), got %d", DefaultMaxCapacity, cfg.MaxCapacity)
 	case cfg.Workers < 0:
-		return cfg, cfgErr("Workers", "must be >= 0 (0 means 1), got %d", cfg.Workers)
+		return cfg, cfgErr("Workers", "must be >= 0 (0 means adaptive), got %d", cfg.Workers)
 	case cfg.SyncTimeout < 0:
 		return cfg, cfgErr("SyncTimeout", "must be >= 0 (0 means %s), got %s", DefaultSyncTimeout, cfg.SyncTimeout)
 	}
@@ -257,11 +287,8 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Interval == 0 {
 		cfg.Interval = DefaultInterval
 	}
-	if cfg.Workers == 0 {
-		cfg.Workers = 1
-	}
-	if cfg.Capacity == 0 {
-		cfg.Capacity = statuspatch.SuggestCapacity(cfg.Interval, DefaultPatchLatency, 0, cfg.Workers)
+	if cfg.MaxCapacity == 0 {
+		cfg.MaxCapacity = DefaultMaxCapacity
 	}
 	if cfg.MaxAge == 0 {
 		cfg.MaxAge = 2 * cfg.Interval
@@ -324,7 +351,8 @@ func (c *Controller[O, S, P]) Run(ctx context.Context) error {
 	c.synced.Store(true)
 	c.log.Info("quietpatch: source synced; competing for the lease",
 		slog.String("identity", c.observer.Identity()), slog.Int("capacity", c.queue.Cap()),
-		slog.Duration("interval", c.cfg.Interval), slog.Int("workers", c.cfg.Workers))
+		slog.Bool("capacity_automatic", c.autoCapacity), slog.Duration("interval", c.cfg.Interval),
+		slog.Int("workers", c.cfg.Workers))
 
 	runCtx, fail := context.WithCancelCause(ctx)
 	defer fail(nil)
@@ -364,11 +392,18 @@ func (c *Controller[O, S, P]) Run(ctx context.Context) error {
 		claimer = start("lease loop", c.claimer.Run)
 	}
 	reconciler := start("reconciler", c.reconciler.Run)
+	var sizer part
+	if c.autoCapacity {
+		sizer = start("capacity", c.followDrainRate)
+	}
 	c.running.Store(true)
 
 	<-runCtx.Done()
 	c.stopping.Store(true)
 	c.log.Info("quietpatch: stopping: the reconciler, the dispatcher (calls in flight finish), then the lease")
+	if c.autoCapacity {
+		parts = append(parts, sizer)
+	}
 	parts = append(parts, reconciler, dispatcher)
 	if c.claimer != nil {
 		parts = append(parts, claimer)
@@ -383,6 +418,39 @@ func (c *Controller[O, S, P]) Run(ctx context.Context) error {
 	defer mu.Unlock()
 	c.log.Info("quietpatch: stopped", slog.Any("error", firstErr))
 	return firstErr
+}
+
+// followDrainRate sets the queue's capacity to what the dispatcher drains
+// in an interval, every interval, until ctx ends. It changes the capacity
+// only by more than a tenth, and never from a rate measured without calls.
+func (c *Controller[O, S, P]) followDrainRate(ctx context.Context) error {
+	t := c.cfg.Clock.NewTicker(c.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C():
+		}
+		rate := c.dispatcher.Stats().DrainRate
+		if rate <= 0 {
+			continue
+		}
+		want := int(math.Ceil(rate * c.cfg.Interval.Seconds()))
+		want = min(max(want, DefaultMinCapacity), c.cfg.MaxCapacity)
+		if cur := c.queue.Cap(); abs(want-cur) > cur/10 {
+			_ = c.queue.SetCapacity(want) // want is within bounds
+			c.log.Debug("quietpatch: queue capacity follows the drain rate",
+				slog.Int("capacity", want), slog.Float64("drain_rate", rate))
+		}
+	}
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
 }
 
 // waitSynced waits for the Source's cache, if it can tell.

@@ -366,3 +366,44 @@ func TestInformerEventsAreReconciledWithoutWaitingForTheInterval(t *testing.T) {
 		t.Errorf("%d full passes, want 1: the change was reconciled on its own", n)
 	}
 }
+
+// With Capacity zero the queue's capacity follows what the dispatcher
+// drains in an interval, within [DefaultMinCapacity, MaxCapacity].
+func TestCapacityFollowsTheDrainRate(t *testing.T) {
+	for _, tc := range []struct {
+		label    string
+		interval time.Duration
+		workers  int
+		latency  time.Duration
+		initial  int // SuggestCapacity(interval, 6.9ms), at least 100
+		want     int
+	}{
+		{"fast server: up to MaxCapacity", 500 * time.Millisecond, 64, time.Millisecond, 100, 3000},
+		{"slow server: down to the minimum", time.Second, 1, 200 * time.Millisecond, 144, quietpatch.DefaultMinCapacity},
+	} {
+		t.Run(tc.label, func(t *testing.T) {
+			kube := fake.NewClientset()
+			src := newItems(3)
+			src.synced.Store(true)
+			cfg := baseConfig(kube)
+			cfg.Interval, cfg.Workers, cfg.MaxCapacity = tc.interval, tc.workers, 3000
+			c, err := quietpatch.New(src, itemComputer, statuspatch.PatcherFunc[string](func(ctx context.Context, _ string) error {
+				select {
+				case <-time.After(tc.latency):
+				case <-ctx.Done():
+				}
+				return nil
+			}), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.Queue().Cap(); got != tc.initial {
+				t.Fatalf("initial capacity %d, want %d", got, tc.initial)
+			}
+			stop := runInBackground(t, c)
+			waitUntil(t, "a patch applied", func() bool { return c.Stats().Dispatcher.Patches["ok"] > 0 })
+			waitUntil(t, "the capacity to follow", func() bool { return c.Queue().Cap() == tc.want })
+			_ = stop()
+		})
+	}
+}

@@ -12,7 +12,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"k8s.io/utils/clock"
 
-	"github.com/quietpatch/quietpatch/ewma"
 	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
@@ -67,6 +66,8 @@ const (
 	// DefaultClaimMargin is the least DispatcherConfig.ClaimMargin
 	// defaults to.
 	DefaultClaimMargin = 250 * time.Millisecond
+	// DefaultMaxInFlight is the default DispatcherConfig.MaxInFlight.
+	DefaultMaxInFlight = 64
 )
 
 // maxWorkers bounds DispatcherConfig.Workers: far above what an API server
@@ -102,9 +103,14 @@ type DispatcherConfig[P any] struct {
 	// renewals fail, as a healthy holder keeps at least RenewGrace of its
 	// claim.
 	ClaimMargin time.Duration
-	// Workers is the number of patches in flight at most. Default 1; at
-	// most 1024.
+	// Workers fixes the number of patch calls in flight at most, between
+	// 1 and 1024. Zero (the default) makes it adaptive: the dispatcher
+	// moves its in-flight limit between 1 and MaxInFlight from the
+	// latency it observes (see [Dispatcher]).
 	Workers int
+	// MaxInFlight bounds the adaptive in-flight limit. Default
+	// [DefaultMaxInFlight]; at most 1024. Ignored when Workers is set.
+	MaxInFlight int
 	// Clock reads the time for leadership checks, deadlines and durations.
 	// Default the real clock. Deadlines themselves are context deadlines:
 	// the duration computed from Clock is handed to context.WithTimeout.
@@ -137,6 +143,18 @@ type DispatcherStats struct {
 	Unanswered int64
 	// Latency is the Peak-EWMA of the patch call latency.
 	Latency time.Duration
+	// Limit is the number of calls allowed in flight now: Workers when
+	// fixed, the adaptive limit otherwise.
+	Limit int
+	// DrainRate is what the dispatcher can apply at its current limit and
+	// latency, Limit / Latency, in patches per second (0 before the first
+	// call).
+	DrainRate float64
+	// Backoff is how long no call may start yet, because the API server
+	// answered a call with 429 Too Many Requests and Retry-After.
+	Backoff time.Duration
+	// RetryAfters counts the Retry-After windows honoured.
+	RetryAfters int64
 }
 
 // Dispatcher drains a [PatchQueue] and applies each patch with a [Patcher],
@@ -176,8 +194,27 @@ type DispatcherStats struct {
 // unanswered the Lease is not vacated and a successor acquires only after
 // a full lease duration, so a late write must outlast that.
 //
-// Workers goroutines apply patches concurrently; the queue delivers a key to
-// one worker at a time, so two patches of one object never race.
+// Concurrency. Patches are applied concurrently, the queue delivering a key
+// to one call at a time, so two patches of one object never race. With
+// DispatcherConfig.Workers set, at most Workers calls are in flight. By
+// default the in-flight limit adapts, between 1 and MaxInFlight, to what
+// the API server absorbs, the way a load balancer reads a backend: it
+// compares the Peak-EWMA of the patch latency (quietpatch.dispatch.latency)
+// with the best latency seen over the last 10 to 20 seconds. The calls the
+// latency says are waiting at the server, limit × (1 − best/estimate),
+// decide: fewer than 3 and the limit grows — by one per call until the
+// first sign of congestion (slow start), then by one per limit calls
+// (additive increase) — as long as the limit is used; more than 6 and it
+// shrinks by 10 % (multiplicative decrease). A call throttled (429) or
+// timed out halves it. It shrinks at most once per max(250 ms, latency).
+// A 429 carrying Retry-After holds every call back until then (counted in
+// Stats().RetryAfters). client-go retries a 429 by itself unless the
+// request says not to: [NewStatusPatcherForConfig] builds a patcher that
+// leaves the waiting to the dispatcher, so that no call of any worker goes
+// out inside the window. A client-side rate limiter (rest.Config.QPS) caps
+// the throughput whatever the limit: turn it off for the status client —
+// the API server's Priority and Fairness protects the server, the limit
+// protects latency.
 //
 // Stopping: when the ctx given to Run is cancelled, Run stops taking patches,
 // lets the calls in flight run to the server's answer (their deadline is at
@@ -194,12 +231,12 @@ type Dispatcher[P any] struct {
 	id      string
 	timeout time.Duration
 	margin  time.Duration // 0: the default, from latency
-	workers int
+	workers int           // goroutines: Workers, or MaxInFlight when adaptive
+	lim     *limiter
 	clock   clock.PassiveClock
 	log     *slog.Logger
 	inst    *dispatchInstruments
 	fence   fence
-	latency *ewma.Gauge // seconds
 
 	started  atomic.Bool
 	mu       sync.Mutex
@@ -254,13 +291,19 @@ func NewDispatcher[P any](cfg DispatcherConfig[P]) (*Dispatcher[P], error) {
 	case cfg.ClaimMargin < 0:
 		return nil, configErr(s, "ClaimMargin", "must be >= 0 (0 means the default), got %s", cfg.ClaimMargin)
 	case cfg.Workers < 0 || cfg.Workers > maxWorkers:
-		return nil, configErr(s, "Workers", "must be between 0 (meaning 1) and %d, got %d", maxWorkers, cfg.Workers)
+		return nil, configErr(s, "Workers", "must be between 0 (adaptive) and %d, got %d", maxWorkers, cfg.Workers)
+	case cfg.MaxInFlight < 0 || cfg.MaxInFlight > maxWorkers:
+		return nil, configErr(s, "MaxInFlight", "must be between 0 (meaning %d) and %d, got %d", DefaultMaxInFlight, maxWorkers, cfg.MaxInFlight)
 	}
 	if cfg.PatchTimeout == 0 {
 		cfg.PatchTimeout = DefaultPatchTimeout
 	}
-	if cfg.Workers == 0 {
-		cfg.Workers = 1
+	adaptive := cfg.Workers == 0
+	if cfg.MaxInFlight == 0 {
+		cfg.MaxInFlight = DefaultMaxInFlight
+	}
+	if adaptive {
+		cfg.Workers = cfg.MaxInFlight
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
@@ -271,7 +314,7 @@ func NewDispatcher[P any](cfg DispatcherConfig[P]) (*Dispatcher[P], error) {
 	if cfg.Name == "" {
 		cfg.Name = DefaultQueueName
 	}
-	latency, err := ewma.New(10*time.Second, cfg.Clock)
+	lim, err := newLimiter(cfg.Clock, adaptive, cfg.Workers)
 	if err != nil {
 		return nil, err
 	}
@@ -285,7 +328,7 @@ func NewDispatcher[P any](cfg DispatcherConfig[P]) (*Dispatcher[P], error) {
 		workers:  cfg.Workers,
 		clock:    cfg.Clock,
 		log:      cfg.Logger.With(slog.String(pipelineAttr, cfg.Name)),
-		latency:  latency,
+		lim:      lim,
 		stopErr:  fmt.Errorf("%w: Run not called", ErrNotStarted),
 		callFrom: make([]atomic.Int64, cfg.Workers),
 	}
@@ -309,7 +352,8 @@ func (d *Dispatcher[P]) claimMargin() time.Duration {
 	// Twice the latency estimate, at least DefaultClaimMargin, at most half
 	// of PatchTimeout: a slow server must not stop every call (the estimate
 	// only moves when calls are made).
-	est := time.Duration(2 * d.latency.Value() * float64(time.Second))
+	_, latency, _, _ := d.lim.stateAt(d.clock.Now())
+	est := time.Duration(2 * latency * float64(time.Second))
 	return min(max(DefaultClaimMargin, est), d.timeout/2)
 }
 
@@ -389,18 +433,23 @@ func (d *Dispatcher[P]) watchClaim(ctx context.Context, changes <-chan leader.Cl
 	}
 }
 
-// work is one worker's loop.
+// work is one worker's loop: a permit from the limiter, then a patch.
 func (d *Dispatcher[P]) work(ctx context.Context, w int) {
 	for {
+		if err := d.lim.acquire(ctx); err != nil {
+			return
+		}
 		it, err := d.queue.Receive(ctx)
 		if err != nil {
 			// ErrClosed: closed and drained; otherwise ctx is done.
+			d.lim.release()
 			return
 		}
 		if ctx.Err() != nil {
 			// Receive hands out ready items even when ctx is done.
 			d.drop(context.Background(), it.Value, DropShutdown, leader.Claim{})
 			d.queue.Done(it)
+			d.lim.release()
 			return
 		}
 		d.dispatch(w, it.Value)
@@ -428,26 +477,27 @@ func (d *Dispatcher[P]) dispatch(w int, p Patch[P]) {
 	now := d.clock.Now()
 	claim := d.leader.Current()
 	if !claim.IsCurrentFor(d.id, now) {
-		d.drop(ctx, p, DropNotLeader, claim)
+		d.dropReleasing(ctx, p, DropNotLeader, claim)
 		return
 	}
 	if p.Epoch != claim.Epoch {
-		d.drop(ctx, p, DropStaleEpoch, claim)
+		d.dropReleasing(ctx, p, DropStaleEpoch, claim)
 		return
 	}
 	left := claim.Remaining(now)
 	if left < d.claimMargin() {
-		d.drop(ctx, p, DropClaimEnding, claim)
+		d.dropReleasing(ctx, p, DropClaimEnding, claim)
 		return
 	}
 	ec, reason := d.fence.enter(claim.Epoch)
 	if ec == nil {
-		d.drop(ctx, p, reason, claim)
+		d.dropReleasing(ctx, p, reason, claim)
 		return
 	}
 	timeout := min(d.timeout, left)
 	callCtx, cancel := context.WithTimeout(ec.ctx, timeout)
 	d.inFlight.Add(1)
+	d.lim.callStarted()
 	d.callFrom[w].Store(now.UnixNano())
 	err := d.patcher.Patch(callCtx, p.Payload)
 	d.callFrom[w].Store(0)
@@ -471,7 +521,7 @@ func (d *Dispatcher[P]) dispatch(w int, p Patch[P]) {
 	if !answered {
 		d.unanswered.Add(1)
 	}
-	d.latency.UpdateAt(d.clock.Now(), elapsed.Seconds())
+	d.lim.done(elapsed, err)
 	d.patches[outcomeIndex[o]].Add(1)
 	d.inst.recordCall(ctx, o, elapsed)
 	if err == nil {
@@ -491,6 +541,13 @@ func (d *Dispatcher[P]) dispatch(w int, p Patch[P]) {
 			slog.String("key", p.Key), slog.String("outcome", string(o)),
 			slog.Duration("elapsed", elapsed), slog.Duration("deadline", timeout), slog.Any("error", err))
 	}
+}
+
+// dropReleasing drops a patch for which no call is made and gives the
+// worker's permit back.
+func (d *Dispatcher[P]) dropReleasing(ctx context.Context, p Patch[P], reason DropReason, claim leader.Claim) {
+	d.drop(ctx, p, reason, claim)
+	d.lim.release()
 }
 
 // drop counts and logs a patch that is not applied.
@@ -517,12 +574,19 @@ func (d *Dispatcher[P]) Quiesce(ctx context.Context, epoch int64) bool {
 
 // Stats returns the dispatcher's counters.
 func (d *Dispatcher[P]) Stats() DispatcherStats {
+	limit, latency, backoff, retryAfters := d.lim.stateAt(d.clock.Now())
 	s := DispatcherStats{
-		Patches:    make(map[outcome.Outcome]int64, numOutcomes),
-		Dropped:    make(map[DropReason]int64, numDropReasons),
-		InFlight:   int(d.inFlight.Load()),
-		Unanswered: d.unanswered.Load(),
-		Latency:    time.Duration(d.latency.Value() * float64(time.Second)),
+		Patches:     make(map[outcome.Outcome]int64, numOutcomes),
+		Dropped:     make(map[DropReason]int64, numDropReasons),
+		InFlight:    int(d.inFlight.Load()),
+		Unanswered:  d.unanswered.Load(),
+		Latency:     time.Duration(latency * float64(time.Second)),
+		Limit:       limit,
+		Backoff:     backoff,
+		RetryAfters: retryAfters,
+	}
+	if latency > 0 {
+		s.DrainRate = float64(limit) / latency
 	}
 	for i, o := range outcome.All() {
 		if n := d.patches[i].Load(); n > 0 {

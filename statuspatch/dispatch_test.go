@@ -335,6 +335,7 @@ func TestDispatchClassifiesAndDoesNotRetry(t *testing.T) {
 			r.send(t, "ns/a", 1)
 			r.start(t)
 			waitFor(t, "the outcome", func() bool { return r.outcome(t, c.want) == 1 })
+			r.clock.Step(2 * time.Second) // past a Retry-After
 			// The worker is back waiting on the queue and did not call again.
 			waitFor(t, "the worker to wait for more", func() bool {
 				_, receivers := QueueWaiters(r.queue)
@@ -697,6 +698,7 @@ func TestNewDispatcherValidation(t *testing.T) {
 		{"negative margin", func(c *DispatcherConfig[tPayload]) { c.ClaimMargin = -1 }, "DispatcherConfig.ClaimMargin"},
 		{"negative workers", func(c *DispatcherConfig[tPayload]) { c.Workers = -2 }, "DispatcherConfig.Workers"},
 		{"too many workers", func(c *DispatcherConfig[tPayload]) { c.Workers = 1 << 30 }, "DispatcherConfig.Workers"},
+		{"negative max in flight", func(c *DispatcherConfig[tPayload]) { c.MaxInFlight = -1 }, "DispatcherConfig.MaxInFlight"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -706,8 +708,8 @@ func TestNewDispatcherValidation(t *testing.T) {
 			switch {
 			case c.wantErr == "" && err != nil:
 				t.Fatalf("err = %v, want nil", err)
-			case c.wantErr == "" && (d.timeout != 5*time.Second || d.workers != 1):
-				t.Errorf("defaults: timeout %s workers %d, want 5s and 1", d.timeout, d.workers)
+			case c.wantErr == "" && (d.timeout != 5*time.Second || d.workers != DefaultMaxInFlight || !d.lim.adaptive):
+				t.Errorf("defaults: timeout %s workers %d adaptive %v, want 5s, %d, adaptive", d.timeout, d.workers, d.lim.adaptive, DefaultMaxInFlight)
 			case c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)):
 				t.Errorf("err = %v, want one naming %s", err, c.wantErr)
 			case c.wantErr != "":

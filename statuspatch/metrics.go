@@ -26,6 +26,9 @@ const (
 	dispatchDroppedMetric   = "quietpatch.dispatch.dropped"
 	dispatchInFlightMetric  = "quietpatch.dispatch.in_flight"
 	dispatchLatencyMetric   = "quietpatch.dispatch.latency.peak_ewma"
+	dispatchLimitMetric     = "quietpatch.dispatch.limit"
+	dispatchBackoffMetric   = "quietpatch.dispatch.backoff"
+	dispatchRetryAfter      = "quietpatch.dispatch.retry_after"
 )
 
 // numOutcomes is len(outcome.All()); an init check keeps it honest.
@@ -214,6 +217,18 @@ func newDispatchInstruments(m metric.Meter, name string, src dispatchSource) (*d
 		metric.WithUnit("s"),
 		metric.WithDescription("Peak-EWMA of the status patch call latency."))
 	err = errors.Join(err, e)
+	limit, e := m.Int64ObservableGauge(dispatchLimitMetric,
+		metric.WithUnit("{patch}"),
+		metric.WithDescription("Patch calls allowed in flight: fixed, or the adaptive limit."))
+	err = errors.Join(err, e)
+	backoff, e := m.Float64ObservableGauge(dispatchBackoffMetric,
+		metric.WithUnit("s"),
+		metric.WithDescription("Time left before any patch call may start, after a 429 with Retry-After."))
+	err = errors.Join(err, e)
+	retryAfter, e := m.Int64ObservableCounter(dispatchRetryAfter,
+		metric.WithUnit("{wait}"),
+		metric.WithDescription("Retry-After windows of 429 answers honoured: no call started inside them."))
+	err = errors.Join(err, e)
 	if err != nil {
 		return nil, err
 	}
@@ -238,8 +253,11 @@ func newDispatchInstruments(m metric.Meter, name string, src dispatchSource) (*d
 		}
 		o.ObserveInt64(inFlight, int64(st.InFlight), nameObs...)
 		o.ObserveFloat64(latency, st.Latency.Seconds(), nameObs...)
+		o.ObserveInt64(limit, int64(st.Limit), nameObs...)
+		o.ObserveFloat64(backoff, st.Backoff.Seconds(), nameObs...)
+		o.ObserveInt64(retryAfter, st.RetryAfters, nameObs...)
 		return nil
-	}, patches, dropped, inFlight, latency)
+	}, patches, dropped, inFlight, latency, limit, backoff, retryAfter)
 	if err != nil {
 		return nil, fmt.Errorf("registering the dispatcher's instruments: %w", err)
 	}

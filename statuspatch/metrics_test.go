@@ -69,6 +69,9 @@ func TestInstruments(t *testing.T) {
 		"quietpatch.dispatch.dropped":           {"counter", "{patch}", []string{"pipeline", "reason"}},
 		"quietpatch.dispatch.in_flight":         {"gauge", "{patch}", []string{"pipeline"}},
 		"quietpatch.dispatch.latency.peak_ewma": {"gauge", "s", []string{"pipeline"}},
+		"quietpatch.dispatch.limit":             {"gauge", "{patch}", []string{"pipeline"}},
+		"quietpatch.dispatch.backoff":           {"gauge", "s", []string{"pipeline"}},
+		"quietpatch.dispatch.retry_after":       {"counter", "{wait}", []string{"pipeline"}},
 	}
 	seen := map[string]bool{}
 	for _, sm := range r.meter.collect(t).ScopeMetrics {

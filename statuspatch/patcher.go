@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 )
 
 // ErrInvalidPatch is returned (wrapped) by a patcher for a patch it refuses
@@ -116,7 +117,9 @@ func (p MergePatch) key() string {
 // any resource with a status subresource, built-in or custom. It is safe for
 // concurrent use.
 type DynamicStatusPatcher struct {
-	client       dynamic.NamespaceableResourceInterface
+	client       dynamic.NamespaceableResourceInterface // nil when rest is set
+	rest         rest.Interface                         // NewStatusPatcherForConfig
+	gvr          schema.GroupVersionResource
 	fieldManager string
 }
 
@@ -135,7 +138,36 @@ func NewDynamicStatusPatcher(client dynamic.Interface, gvr schema.GroupVersionRe
 	case len(fieldManager) > 128:
 		return nil, fmt.Errorf("statuspatch: NewDynamicStatusPatcher: fieldManager must be at most 128 characters, got %d", len(fieldManager))
 	}
-	return &DynamicStatusPatcher{client: client.Resource(gvr), fieldManager: fieldManager}, nil
+	return &DynamicStatusPatcher{client: client.Resource(gvr), gvr: gvr, fieldManager: fieldManager}, nil
+}
+
+// NewStatusPatcherForConfig returns a patcher for the status of resource
+// gvr that talks to the API server described by cfg with a client of its
+// own, and leaves a 429's Retry-After to the [Dispatcher]: client-go
+// retries a throttled request by itself (up to 10 times, sleeping
+// Retry-After in the calling goroutine) while the other calls go on; with
+// retries off, the dispatcher sees the 429 and holds every call back for
+// the window. It is the patcher to use with the adaptive in-flight limit.
+//
+// cfg is copied. Its rate limiter applies as configured: set QPS to -1 to
+// turn client-side limiting off for status patches (see [Dispatcher]).
+// fieldManager is as for [NewDynamicStatusPatcher].
+func NewStatusPatcherForConfig(cfg *rest.Config, gvr schema.GroupVersionResource, fieldManager string) (*DynamicStatusPatcher, error) {
+	switch {
+	case cfg == nil:
+		return nil, errors.New("statuspatch: NewStatusPatcherForConfig: cfg must not be nil")
+	case gvr.Resource == "" || gvr.Version == "":
+		return nil, fmt.Errorf("statuspatch: NewStatusPatcherForConfig: gvr needs a version and a resource, got %q", gvr.String())
+	case fieldManager == "":
+		return nil, errors.New("statuspatch: NewStatusPatcherForConfig: fieldManager must not be empty")
+	case len(fieldManager) > 128:
+		return nil, fmt.Errorf("statuspatch: NewStatusPatcherForConfig: fieldManager must be at most 128 characters, got %d", len(fieldManager))
+	}
+	rc, err := rest.UnversionedRESTClientFor(dynamic.ConfigFor(rest.CopyConfig(cfg)))
+	if err != nil {
+		return nil, fmt.Errorf("statuspatch: NewStatusPatcherForConfig: %w", err)
+	}
+	return &DynamicStatusPatcher{rest: rc, gvr: gvr, fieldManager: fieldManager}, nil
 }
 
 // Patch sends p. It returns the client's error unchanged (see [Classify]),
@@ -145,7 +177,20 @@ func (d *DynamicStatusPatcher) Patch(ctx context.Context, p MergePatch) error {
 	if err != nil {
 		return err
 	}
-	_, err = d.client.Namespace(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, body,
-		metav1.PatchOptions{FieldManager: d.fieldManager}, "status")
-	return err
+	if d.rest == nil {
+		_, err = d.client.Namespace(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, body,
+			metav1.PatchOptions{FieldManager: d.fieldManager}, "status")
+		return err
+	}
+	path := []string{"/apis", d.gvr.Group, d.gvr.Version}
+	if d.gvr.Group == "" {
+		path = []string{"/api", d.gvr.Version}
+	}
+	if p.Namespace != "" {
+		path = append(path, "namespaces", p.Namespace)
+	}
+	path = append(path, d.gvr.Resource, p.Name, "status")
+	return d.rest.Patch(types.MergePatchType).AbsPath(path...).
+		Param("fieldManager", d.fieldManager).MaxRetries(0).
+		Body(body).Do(ctx).Error()
 }

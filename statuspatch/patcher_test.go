@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -28,8 +29,9 @@ type capturedRequest struct {
 // fakeAPIServer answers every request with status and body, recording the
 // requests.
 type fakeAPIServer struct {
-	srv    *httptest.Server
-	client dynamic.Interface
+	hdrName, hdrValue string
+	srv               *httptest.Server
+	client            dynamic.Interface
 
 	mu     sync.Mutex
 	reqs   []capturedRequest
@@ -47,8 +49,11 @@ func newFakeAPIServer(t *testing.T) *fakeAPIServer {
 			Method: r.Method, Path: r.URL.Path, ContentType: r.Header.Get("Content-Type"),
 			FieldManager: r.URL.Query().Get("fieldManager"), Body: body,
 		})
-		status, respBody := f.status, f.body
+		status, respBody, hn, hv := f.status, f.body, f.hdrName, f.hdrValue
 		f.mu.Unlock()
+		if hn != "" {
+			w.Header().Set(hn, hv)
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)
 		_, _ = io.WriteString(w, respBody)
@@ -64,6 +69,13 @@ func newFakeAPIServer(t *testing.T) *fakeAPIServer {
 	}
 	f.client = client
 	return f
+}
+
+// header, when set, is a response header (name, value) the server adds.
+func (f *fakeAPIServer) respondWithHeader(status int, body, name, value string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.status, f.body, f.hdrName, f.hdrValue = status, body, name, value
 }
 
 func (f *fakeAPIServer) respond(status int, body string) {
@@ -258,4 +270,72 @@ func TestNewDynamicStatusPatcherValidation(t *testing.T) {
 			t.Errorf("%s: err = %v, want one naming %s", c.name, err, c.want)
 		}
 	}
+}
+
+// The REST patcher sends the same request as the dynamic one, and returns a
+// 429 to its caller at once instead of sleeping its Retry-After and trying
+// again: the dispatcher holds every call back for the window.
+func TestStatusPatcherForConfig(t *testing.T) {
+	for _, c := range []struct {
+		name, namespace, wantPath string
+		gvr                       schema.GroupVersionResource
+	}{
+		{"namespaced", "ns", "/apis/gateway.networking.k8s.io/v1/namespaces/ns/httproutes/r1/status", routesGVR()},
+		{"cluster-scoped", "", "/apis/gateway.networking.k8s.io/v1/httproutes/r1/status", routesGVR()},
+		{"core group", "ns", "/api/v1/namespaces/ns/pods/r1/status", schema.GroupVersionResource{Version: "v1", Resource: "pods"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			api := newFakeAPIServer(t)
+			api.respond(http.StatusOK, okRoute)
+			p, err := NewStatusPatcherForConfig(&rest.Config{Host: api.srv.URL}, c.gvr, "example.com/route-status")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Patch(context.Background(), MergePatch{Namespace: c.namespace, Name: "r1", ResourceVersion: "5", Status: json.RawMessage(`{"a":1}`)}); err != nil {
+				t.Fatal(err)
+			}
+			reqs := api.requests()
+			if len(reqs) != 1 {
+				t.Fatalf("%d requests", len(reqs))
+			}
+			r := reqs[0]
+			if r.Method != http.MethodPatch || r.Path != c.wantPath || r.ContentType != "application/merge-patch+json" ||
+				r.FieldManager != "example.com/route-status" || string(r.Body) != `{"metadata":{"resourceVersion":"5"},"status":{"a":1}}` {
+				t.Errorf("request %+v, body %s", r, r.Body)
+			}
+		})
+	}
+	for _, body := range []string{
+		// kube-apiserver's answer: a Status with details, and the header.
+		`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"TooManyRequests","code":429,"details":{"retryAfterSeconds":1}}`,
+		// A proxy's: the header and a text body.
+		`Too many requests, please try again later.`,
+	} {
+		t.Run("429 is returned, not retried: "+body[:10], func(t *testing.T) {
+			api := newFakeAPIServer(t)
+			api.respondWithHeader(http.StatusTooManyRequests, body, "Retry-After", "1")
+			p, err := NewStatusPatcherForConfig(&rest.Config{Host: api.srv.URL}, routesGVR(), "test")
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = p.Patch(context.Background(), MergePatch{Namespace: "ns", Name: "r1", ResourceVersion: "5", Status: json.RawMessage(`{}`)})
+			if outcome.Of(err) != outcome.Throttled {
+				t.Fatalf("err %v, want throttled", err)
+			}
+			if d, ok := retryAfter(err); !ok || d != time.Second {
+				t.Errorf("Retry-After %v %v, want 1s", d, ok)
+			}
+			if n := len(api.requests()); n != 1 {
+				t.Errorf("%d requests, want 1: no retry behind the dispatcher's back", n)
+			}
+		})
+	}
+	t.Run("bad input", func(t *testing.T) {
+		if _, err := NewStatusPatcherForConfig(nil, routesGVR(), "x"); err == nil {
+			t.Error("nil config accepted")
+		}
+		if _, err := NewStatusPatcherForConfig(&rest.Config{}, routesGVR(), ""); err == nil {
+			t.Error("empty field manager accepted")
+		}
+	})
 }

@@ -224,7 +224,7 @@ type Permit[T any] struct {
 //
 // Build one with [NewPatchQueue]; the zero PatchQueue is not usable.
 type PatchQueue[T any] struct {
-	// Immutable after construction.
+	// Immutable after construction, but for capacity (guarded by mu).
 	capacity int
 	key      func(T) string
 	maxAge   time.Duration
@@ -1102,7 +1102,28 @@ func (q *PatchQueue[T]) appendWaitingKeys(dst []string) []string {
 }
 
 // Cap returns the queue's capacity, QueueConfig.Capacity.
-func (q *PatchQueue[T]) Cap() int { return q.capacity }
+func (q *PatchQueue[T]) Cap() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.capacity
+}
+
+// SetCapacity changes the capacity to n, 1 ≤ n ≤ 2³¹−1: for example to
+// follow what the consumer drains in a reconcile interval. Growing lets
+// waiting producers in at once. Shrinking below what is waiting and
+// reserved removes nothing: producers are refused until enough has been
+// received. Memory already allocated for slots is kept.
+func (q *PatchQueue[T]) SetCapacity(n int) error {
+	if n <= 0 || n > maxQueueCapacity {
+		return configErr("PatchQueue", "SetCapacity", "n must be between 1 and %d, got %d", maxQueueCapacity, n)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.capacity = n
+	q.idleMax = n
+	q.wakeSendLocked()
+	return nil
+}
 
 // InFlight returns the number of items delivered and not yet Done.
 func (q *PatchQueue[T]) InFlight() int {
