@@ -445,6 +445,9 @@ func (d *Dispatcher[P]) work(ctx context.Context, w int) {
 			d.lim.release()
 			return
 		}
+		if d.inst != nil {
+			d.inst.recordWait(context.Background(), d.clock.Since(it.Enqueued))
+		}
 		if ctx.Err() != nil {
 			// Receive hands out ready items even when ctx is done.
 			d.drop(context.Background(), it.Value, DropShutdown, leader.Claim{})

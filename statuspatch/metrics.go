@@ -181,6 +181,8 @@ func (ri *reconcileInstruments) recordPass(ctx context.Context, result int, d ti
 type dispatchInstruments struct {
 	duration metric.Float64Histogram
 	durOpts  [numOutcomes][]metric.RecordOption
+	wait     metric.Float64Histogram // quietpatch.queue.wait
+	waitOpts []metric.RecordOption
 	reg      metric.Registration
 }
 
@@ -200,6 +202,11 @@ func newDispatchInstruments(m metric.Meter, name string, src dispatchSource) (*d
 		metric.WithUnit("s"),
 		metric.WithDescription("Duration of status patch calls, by outcome."),
 		metric.WithExplicitBucketBoundaries(patchBuckets()...))
+	err = errors.Join(err, e)
+	di.wait, e = m.Float64Histogram(queueWaitMetric,
+		metric.WithUnit("s"),
+		metric.WithDescription("Time a patch waited in the queue: from the enqueue of its latest value to its delivery to the dispatcher."),
+		metric.WithExplicitBucketBoundaries(queueWaitBuckets()...))
 	err = errors.Join(err, e)
 	patches, e := m.Int64ObservableCounter(dispatchPatchesMetric,
 		metric.WithUnit("{patch}"),
@@ -243,6 +250,7 @@ func newDispatchInstruments(m metric.Meter, name string, src dispatchSource) (*d
 		dropObs[i] = []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(nameKV, attribute.String(reasonAttr, string(r))))}
 	}
 	nameObs := []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(nameKV))}
+	di.waitOpts = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(nameKV))}
 	di.reg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		st := src.Stats()
 		for i, oc := range outcome.All() {
@@ -262,6 +270,12 @@ func newDispatchInstruments(m metric.Meter, name string, src dispatchSource) (*d
 		return nil, fmt.Errorf("registering the dispatcher's instruments: %w", err)
 	}
 	return &di, nil
+}
+
+func (di *dispatchInstruments) recordWait(ctx context.Context, d time.Duration) {
+	if di != nil {
+		di.wait.Record(ctx, d.Seconds(), di.waitOpts...)
+	}
 }
 
 func (di *dispatchInstruments) recordCall(ctx context.Context, o outcome.Outcome, d time.Duration) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
@@ -123,5 +124,38 @@ func TestInstruments(t *testing.T) {
 		if !seen[name] {
 			t.Errorf("instrument %s not reported", name)
 		}
+	}
+}
+
+// BenchmarkInstrumentsPerPatch measures what the dispatcher's instruments
+// cost per patch with the OpenTelemetry SDK installed: the queue-wait and
+// duration histograms (the only instruments recorded per patch; counters
+// are atomics read at collection) and the atomic counters themselves.
+func BenchmarkInstrumentsPerPatch(b *testing.B) {
+	for _, withMeter := range []bool{false, true} {
+		name := "no-meter"
+		if withMeter {
+			name = "otel-sdk"
+		}
+		b.Run(name, func(b *testing.B) {
+			m := newTestMeter(b)
+			var d Dispatcher[tPayload]
+			if withMeter {
+				inst, err := newDispatchInstruments(m.provider.Meter("bench"), "bench", &d)
+				if err != nil {
+					b.Fatal(err)
+				}
+				d.inst = inst
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				d.inst.recordWait(ctx, 3*time.Millisecond)
+				d.inst.recordCall(ctx, outcome.OK, 5*time.Millisecond)
+				d.patches[0].Add(1)
+				d.inFlight.Add(1)
+				d.inFlight.Add(-1)
+			}
+		})
 	}
 }

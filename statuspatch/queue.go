@@ -852,9 +852,9 @@ func (q *PatchQueue[T]) unlinkLocked(ni int32) {
 // head, dropping every expired item it passes (eligible or held back by its
 // key), up to the first eligible item that has not expired; if there is
 // none, it has scanned (and expired) the whole queue.
-func (q *PatchQueue[T]) dequeueLocked(it *Item[T]) (ok bool, waited time.Duration) {
+func (q *PatchQueue[T]) dequeueLocked(it *Item[T]) bool {
 	if q.eligible == 0 {
-		return false, 0
+		return false
 	}
 	var now int64
 	if q.maxAge > 0 || q.m.on {
@@ -874,7 +874,6 @@ func (q *PatchQueue[T]) dequeueLocked(it *Item[T]) (ok bool, waited time.Duratio
 			continue
 		}
 		it.Value, it.Enqueued, it.key = n.value, q.timeAt(n.enq), n.key
-		waited = time.Duration(now - n.enq)
 		fi := n.flight
 		if fi < 0 {
 			fi = q.allocFlightLocked()
@@ -898,9 +897,9 @@ func (q *PatchQueue[T]) dequeueLocked(it *Item[T]) (ok bool, waited time.Duratio
 			// Pass the wake-up on to another waiting consumer.
 			q.wakeRecvLocked()
 		}
-		return true, waited
+		return true
 	}
-	return false, 0
+	return false
 }
 
 // expireLocked drops the waiting node ni because it is older than MaxAge.
@@ -970,9 +969,8 @@ func (q *PatchQueue[T]) Receive(ctx context.Context) (Item[T], error) {
 	var it Item[T]
 	q.mu.Lock()
 	for {
-		if ok, waited := q.dequeueLocked(&it); ok {
+		if q.dequeueLocked(&it) {
 			q.mu.Unlock()
-			q.m.waited(waited)
 			return it, nil
 		}
 		if q.closed && q.count == 0 {
@@ -1009,11 +1007,10 @@ func (q *PatchQueue[T]) Receive(ctx context.Context) (Item[T], error) {
 func (q *PatchQueue[T]) TryReceive() (Item[T], bool, error) {
 	var it Item[T]
 	q.mu.Lock()
-	ok, waited := q.dequeueLocked(&it)
+	ok := q.dequeueLocked(&it)
 	closed := q.closed && q.count == 0
 	q.mu.Unlock()
 	if ok {
-		q.m.waited(waited)
 		return it, true, nil
 	}
 	if closed {

@@ -22,7 +22,7 @@ const (
 	queueDepthMetric      = "quietpatch.queue.depth"
 	queueDepthPeakMetric  = "quietpatch.queue.depth.peak_ewma"
 	queueCapacityMetric   = "quietpatch.queue.capacity"
-	queueWaitMetric       = "quietpatch.queue.wait"
+	queueWaitMetric       = "quietpatch.queue.wait" // recorded by the dispatcher
 )
 
 // Attribute keys shared by the package's instruments.
@@ -37,20 +37,20 @@ const (
 
 // queueWaitBuckets are the bucket boundaries, in seconds, of
 // quietpatch.queue.wait: from a millisecond to a few reconcile intervals.
-var queueWaitBuckets = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+func queueWaitBuckets() []float64 {
+	return []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+}
 
-// queueMetrics holds a queue's instruments. The counters, the depth and the
-// capacity are observable: the SDK reads them from the queue's own
-// counters at collection time, so producers and consumers pay nothing for
-// them. Two things are recorded on the hot path: the depth Peak-EWMA
-// (package ewma; the queue's own state, updated under the queue's lock so
-// that updates keep their order) and the wait histogram, recorded after the
-// queue's lock is released. With on false every method returns at once.
+// queueMetrics holds a queue's instruments. They are all observable: the
+// SDK reads the queue's own counters, depth and capacity at collection
+// time, so producers and consumers pay nothing for them but the depth
+// Peak-EWMA (package ewma; the queue's own state, updated under the queue's
+// lock so that updates keep their order). The time items waited is
+// recorded by their consumer, the dispatcher, which reads Item.Enqueued.
+// With on false every method returns at once.
 type queueMetrics struct {
 	on         bool
-	wait       metric.Float64Histogram
 	gauge      *ewma.Gauge
-	recOpts    []metric.RecordOption
 	registered metric.Registration
 }
 
@@ -78,7 +78,6 @@ func (m *queueMetrics) init(cfg *queueMetricsConfig, clk clock.PassiveClock, sna
 	}
 	nameKV := attribute.String(pipelineAttr, name)
 	set := attribute.NewSet(nameKV)
-	m.recOpts = []metric.RecordOption{metric.WithAttributeSet(set)}
 	obs := []metric.ObserveOption{metric.WithAttributeSet(set)}
 	var dropObs [3][]metric.ObserveOption
 	for r, v := range [...]QueueDropReason{queueDropFull: QueueDropFull, queueDropClosed: QueueDropClosed, queueDropExpired: QueueDropExpired} {
@@ -123,11 +122,6 @@ func (m *queueMetrics) init(cfg *queueMetricsConfig, clk clock.PassiveClock, sna
 	if err != nil {
 		return wrap(queueCapacityMetric, err)
 	}
-	if m.wait, err = mt.Float64Histogram(queueWaitMetric, metric.WithUnit("s"),
-		metric.WithDescription("Time from enqueue (of the latest value) to delivery."),
-		metric.WithExplicitBucketBoundaries(queueWaitBuckets...)); err != nil {
-		return wrap(queueWaitMetric, err)
-	}
 	if m.gauge, err = ewma.New(tau, clk); err != nil {
 		return fmt.Errorf("statuspatch: creating depth gauge: %w", err)
 	}
@@ -165,13 +159,6 @@ type queueMetricsConfig struct {
 func (m *queueMetrics) depthChanged(now time.Time, depth int) {
 	if m.on {
 		m.gauge.UpdateAt(now, float64(depth))
-	}
-}
-
-// waited records one delivery's wait; called without the queue's lock.
-func (m *queueMetrics) waited(d time.Duration) {
-	if m.on {
-		m.wait.Record(context.Background(), d.Seconds(), m.recOpts...)
 	}
 }
 
