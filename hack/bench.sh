@@ -15,7 +15,7 @@ out=.cache/bench.txt
 : > "$out"
 count="${COUNT:-5}"
 echo "==> library micro-benchmarks (-count $count)"
-go test -run '^$' -bench 'Queue|Gauge|Reconcile' -benchmem -count "$count" ./... | tee -a "$out"
+go test -run '^$' -bench 'Queue|Gauge|Reconcile|InstrumentsPerPatch|Equal' -benchmem -count "$count" ./... | tee -a "$out"
 if [[ -f examples/go.mod ]]; then
   echo "==> example benchmarks"
   (cd examples && go test -run '^$' -bench . -benchmem -count "$count" ./...) | tee -a "$out"
