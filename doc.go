@@ -1,37 +1,157 @@
 // Package quietpatch keeps the status of many Kubernetes objects up to date
-// without flooding the API server and without unbounded memory.
+// without flooding the API server and without unbounded memory: nothing is
+// patched that did not change, the memory is bounded whatever the API
+// server does, every write is measured, and a replica that lost its Lease
+// does not keep writing.
 //
-// It is a set of small packages meant to be composed by a controller:
+// # One call
 //
-//   - [github.com/quietpatch/quietpatch/ewma]: a Peak-EWMA gauge, a
-//     time-weighted and peak-sensitive average of a value that changes at
-//     events, such as a queue's depth. An instant sample of a queue's depth
-//     misses the bursts that matter; the Peak-EWMA jumps to every peak and
-//     decays with a time constant.
-//   - [github.com/quietpatch/quietpatch/leader]: claims on a
-//     coordination.k8s.io/v1 Lease. A Claim says who holds the lease, until
-//     when (on the local clock) and under which epoch, so work produced under
-//     one leadership can be fenced from the next.
-//   - [github.com/quietpatch/quietpatch/statuspatch]: the bounded PatchQueue
-//     (reserve a slot before building a patch, coalesce per key, drop and
-//     count on overflow), the StatusComputer contract (compute the desired
-//     status, compare with the current one, patch only what changed), the
-//     Reconciler that turns objects into patches while leader, and the
-//     Dispatcher that applies them with a deadline no later than the end of
-//     our claim, dropping anything produced under another epoch.
+// A status controller for one resource is a Source (the objects, from an
+// informer's cache), a StatusComputer (their desired status, compared with
+// the current one) and a Patcher (the write), given to [New]:
 //
-// The flow of one status write:
+//	inf := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0).ForResource(gvr).Informer()
+//	_ = inf.SetTransform(source.ToTyped[Widget]()) // cache typed Widgets
+//	computer, _ := conditions.New(conditions.Config[*Widget]{
+//		Conditions: func(w *Widget) ([]metav1.Condition, error) { … }, // all you write
+//	})
+//	patcher, _ := statuspatch.NewStatusPatcherForConfig(statusCfg, gvr, "example.com/widget-status")
+//	ctrl, _ := quietpatch.New(source.Informer[*Widget](inf), computer, patcher, quietpatch.Config{
+//		Leases: kube.CoordinationV1(),
+//		Lease:  leader.Config{Namespace: "widgets-system", Name: "widget-status"},
+//	})
+//	go informers.Start(ctx.Done())
+//	err := ctrl.Run(ctx) // until ctx is cancelled
 //
-//	informer/lister ──▶ Reconciler ──(changed only; Reserve → build → Send)──▶ PatchQueue
-//	                        ▲  leader only                                         │ bounded
-//	Lease ◀── leader.Claimer ── Claim{Holder, Expiry, Epoch} ──▶ Dispatcher ◀──────┘
-//	                                                                │ deadline = min(PatchTimeout, claim left)
-//	                                                                ▼
-//	                                                  PATCH …/status (merge, resourceVersion)
+// Example has it complete, runnable on client-go's fakes. Run waits for the
+// Source's cache to sync — a replica with an empty cache must not lead —,
+// then competes for the Lease, reconciles every Config.Interval, at once on
+// gaining the Lease, and on every event of the informer; [Controller.Ready]
+// and [Controller.Live] are the probes, [Controller.Stats] the counters, no
+// metrics SDK needed. The parts stay public: package leader (the Lease),
+// package statuspatch (queue, reconciler, dispatcher), package ewma.
 //
-// Every step is measured through OpenTelemetry instruments (the application
-// chooses the SDK; a nil Meter means no-op) and logs through log/slog.
+// The status client. Give the patcher a rest.Config of its own with the
+// client-side rate limiter off (QPS -1): client-go's default of 5 requests
+// a second caps a controller at 50 patches per 10 s interval, whatever the
+// server absorbs. The API server's Priority and Fairness protects the
+// server; the dispatcher's adaptive in-flight limit protects its latency.
+// Keep client-go's default limiter on the Lease client, so renewals never
+// wait behind patches. [statuspatch.NewStatusPatcherForConfig] also leaves
+// a 429's Retry-After to the dispatcher, which then holds every call back.
 //
-// The examples directory holds a complete Gateway API HTTPRoute status
-// controller built from these packages.
+// # What holds
+//
+// Nothing patched that did not change. A patch is built only when the
+// StatusComputer's Equal says the desired status differs from the current
+// one; an unchanged object costs its computation and no allocation. Idle,
+// a controller writes nothing: its own writes come back as informer updates
+// and find nothing to do.
+//
+// Bounded memory. Waiting patches plus reservations never exceed the
+// queue's capacity; calls in flight never exceed the in-flight limit;
+// pending on-demand keys are bounded too. The capacity follows what the
+// dispatcher drains in one interval unless fixed (Config.Capacity).
+//
+// Latest wins. At most one patch per object waits and at most one is in
+// flight, in order. A newer status replaces a waiting patch even when the
+// queue is full; a status equal to the one waiting builds nothing. A failed
+// patch is not retried: the next pass recomputes it from fresh state.
+//
+// No stale write after a leadership change — to this exact extent. A patch
+// is applied only if, when it is dequeued, our claim is current on the
+// local clock, the patch was computed under that claim's epoch, and at
+// least a margin of the claim is left; its call's deadline is at most what
+// is left of the claim, and the call is cancelled the moment the claim ends
+// involuntarily (lost, run out, new epoch). Cancelling a call does not stop
+// a write the API server has already begun: such a write may still be
+// committed after our claim ended, even after a successor took over. Every
+// patch carries a metadata.resourceVersion precondition, and that is what
+// makes a late write fail whenever the object changed since we read it —
+// in particular once the successor wrote its own status. When this replica
+// gives the Lease up on purpose (Run's context cancelled, or
+// leader.Claimer.Relinquish), no new call starts and the calls in flight are
+// not cancelled: they run until the API server answers. The Lease is
+// vacated only if every call made under the claim got an answer that
+// settles it (success or a 4xx refusal); then no write of ours lands after
+// the vacate. If a call ended without one (a timeout, a broken connection,
+// a 5xx), the Lease is not vacated and a successor acquires only after a
+// full lease duration. A restarted process never inherits its
+// predecessor's claim: the default identity is unique per process, and a
+// claim under our identity that this process did not make is waited out
+// like anyone else's.
+//
+// # Stop order
+//
+// Run stops, when its context is cancelled, in this order: the reconciler
+// (no new patch); the dispatcher (no new call; the calls in flight run to
+// their answer, at most PatchTimeout; what is queued is dropped and
+// counted, reason shutdown — the next leader recomputes it); then the
+// Lease (vacated or left to run out, as above). It returns once all have
+// stopped. Whoever composes the parts without [Controller] gets the same
+// from leader.Claimer, which quiesces every statuspatch.Dispatcher built on
+// it before it vacates.
+//
+// # Metrics
+//
+// Config.Meter (an OpenTelemetry meter; nil means none) receives the
+// instruments below. Every statuspatch instrument carries the attribute
+// pipeline (Config.Name); leader instruments carry k8s.namespace.name and
+// k8s.lease.name. Counters and gauges are observable: they cost nothing per
+// patch, as the SDK reads the library's own counters at collection time;
+// the histograms are recorded once per patch call or pass. The Prometheus
+// name is what the OTel Prometheus exporter makes of it (dots to
+// underscores, _total on counters, _seconds for the unit s; attribute dots
+// to underscores).
+//
+//	name                                   kind       unit          attributes and values                                 Prometheus name
+//	quietpatch.queue.enqueued              counter    {patch}       pipeline                                              quietpatch_queue_enqueued_total
+//	quietpatch.queue.dequeued              counter    {patch}       pipeline                                              quietpatch_queue_dequeued_total
+//	quietpatch.queue.superseded            counter    {patch}       pipeline                                              quietpatch_queue_superseded_total
+//	quietpatch.queue.dropped               counter    {patch}       pipeline, reason: full closed expired                 quietpatch_queue_dropped_total
+//	quietpatch.queue.depth                 gauge      {patch}       pipeline                                              quietpatch_queue_depth
+//	quietpatch.queue.depth.peak_ewma       gauge      {patch}       pipeline                                              quietpatch_queue_depth_peak_ewma
+//	quietpatch.queue.capacity              gauge      {patch}       pipeline                                              quietpatch_queue_capacity
+//	quietpatch.queue.wait                  histogram  s             pipeline                                              quietpatch_queue_wait_seconds
+//	quietpatch.reconcile.passes            counter    {pass}        pipeline, result: completed halted not_leader         quietpatch_reconcile_passes_total
+//	                                                                error canceled closed
+//	quietpatch.reconcile.duration          histogram  s             pipeline, result (as passes)                          quietpatch_reconcile_duration_seconds
+//	quietpatch.reconcile.objects           counter    {object}      pipeline, result: unchanged changed queued error      quietpatch_reconcile_objects_total
+//	quietpatch.reconcile.halted            counter    {pass}        pipeline                                              quietpatch_reconcile_halted_total
+//	quietpatch.dispatch.patches            counter    {patch}       pipeline, outcome: ok conflict not_found forbidden    quietpatch_dispatch_patches_total
+//	                                                                unauthorized invalid throttled timeout canceled error
+//	quietpatch.dispatch.duration           histogram  s             pipeline, outcome (as patches)                        quietpatch_dispatch_duration_seconds
+//	quietpatch.dispatch.dropped            counter    {patch}       pipeline, reason: not_leader stale_epoch              quietpatch_dispatch_dropped_total
+//	                                                                claim_ending released shutdown
+//	quietpatch.dispatch.in_flight          gauge      {patch}       pipeline                                              quietpatch_dispatch_in_flight
+//	quietpatch.dispatch.limit              gauge      {patch}       pipeline                                              quietpatch_dispatch_limit
+//	quietpatch.dispatch.latency.peak_ewma  gauge      s             pipeline                                              quietpatch_dispatch_latency_peak_ewma_seconds
+//	quietpatch.dispatch.backoff            gauge      s             pipeline                                              quietpatch_dispatch_backoff_seconds
+//	quietpatch.dispatch.retry_after        counter    {wait}        pipeline                                              quietpatch_dispatch_retry_after_total
+//	quietpatch.leader.is_leader            gauge      (none)        lease attributes, identity                            quietpatch_leader_is_leader
+//	quietpatch.leader.epoch                gauge      (none)        lease attributes                                      quietpatch_leader_epoch
+//	quietpatch.leader.transitions          counter    {transition}  lease attributes, direction: acquired lost            quietpatch_leader_transitions_total
+//	quietpatch.leader.requests             counter    {request}     lease attributes, operation: get create acquire       quietpatch_leader_requests_total
+//	                                                                renew vacate watch; result (as outcome)
+//
+// What they mean: enqueued = dequeued + superseded + dropped{expired} +
+// depth at any quiet moment; dropped{full, closed} are refused sends.
+// reconcile.objects{queued} counts changed objects whose identical patch
+// already waited. dispatch.dropped counts patches dequeued and not applied:
+// not_leader (the claim was not ours), stale_epoch (computed under another
+// epoch), claim_ending (less than the margin left), released (the claim was
+// being given up), shutdown. The outcome values come from package
+// statuspatch/outcome. examples/httproute-status/deploy/monitoring has a
+// Grafana dashboard and Prometheus alerts built on these names.
+//
+// # Logs
+//
+// Config.Logger (log/slog; nil discards). At info level: the start (after
+// the sync), each acquisition and loss of the Lease with the epoch, the
+// vacate or the decision not to, a backlog of halted passes (at most once a
+// minute, and once drained), and each part's stop. Warnings: passes that
+// keep halting for longer than max(1 minute, 3 intervals) (with the sizing
+// hint), objects whose status could not be computed (one per pass), failed
+// patches (at most one a minute per outcome). Debug: every patch queued,
+// with a diff of what changed; every drop.
 package quietpatch

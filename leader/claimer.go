@@ -209,14 +209,17 @@ func (c *Claimer) Healthy() error {
 }
 
 // Relinquish gives the lease up on purpose and keeps this replica out of the
-// race for backoff: it stops reporting itself as holder at once, vacates the
-// Lease if the Lease names it (clearing spec.holderIdentity, so another
-// replica can acquire without waiting for the claim to run out), and does not
-// acquire or create the Lease again until backoff has passed on the Clock. A
-// later call extends, never shortens, a back-off in force.
+// race for backoff: it asks the registered writers to quiesce (their
+// writes in flight run to the API server's answer, for at most what is
+// left of the claim), stops reporting itself as holder, vacates the Lease if
+// it carries a claim of this process and every write was answered
+// (clearing spec.holderIdentity, so another replica can acquire without
+// waiting for the claim to run out) — else leaves it to run out — and does
+// not acquire or create the Lease again until backoff has passed on the
+// Clock. A later call extends, never shortens, a back-off in force.
 //
-// Relinquish waits for the loop to handle the request, which bounds the
-// vacate by Config.CallTimeout; ctx bounds the wait. It returns the vacate
+// Relinquish waits for the loop to handle the request, which bounds it by
+// the claim left plus Config.CallTimeout; ctx bounds the wait. It returns the vacate
 // request's error, if any (the back-off applies anyway), [ErrNotStarted]
 // before Run, [ErrStopped] after Run returned, and [ErrNegativeBackoff] for a
 // negative backoff. Relinquishing while not holding the lease only starts
@@ -258,10 +261,14 @@ func (c *Claimer) Relinquish(ctx context.Context, backoff time.Duration) error {
 // retried every RetryPeriod and never end Run; while they outlast our claim
 // we are simply not the holder.
 //
-// When ctx is cancelled and this replica holds the Lease (or the Lease still
-// names it), Run vacates it with a fresh CallTimeout before returning, so a
-// successor need not wait for the claim to run out. On a permanent error it
-// stops reporting itself as holder at once but cannot vacate.
+// When ctx is cancelled, Run gives the claim up on purpose: it asks the
+// registered writers to quiesce (for at most what is left of the claim),
+// stops reporting itself as holder, and vacates the Lease with a fresh
+// CallTimeout if it carries a claim of this process and every write was
+// answered, so a successor need not wait for the claim to run out; if a
+// write went unanswered it leaves the Lease to run out (see
+// [Claimer.AddWriter]). On a permanent error it stops reporting itself as
+// holder at once but cannot vacate.
 //
 // Run may be called once; later calls return [ErrAlreadyStarted].
 func (c *Claimer) Run(ctx context.Context) error {

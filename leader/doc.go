@@ -33,9 +33,11 @@
 //     out, at which point we stop reporting ourselves as holder.
 //   - Held by another replica whose claim is current: wait, watching the
 //     Lease.
-//   - Run's context cancelled: if the Lease names us, clear holderIdentity
-//     (vacate) with a fresh CallTimeout, so a successor takes over at once
-//     instead of waiting for our claim to run out; then return ctx.Err().
+//   - Run's context cancelled: quiesce the writers (see below); if every
+//     write was answered and the Lease carries our claim, clear
+//     holderIdentity (vacate) with a fresh CallTimeout, so a successor
+//     takes over at once instead of waiting for our claim to run out; then
+//     return ctx.Err().
 //
 // Every write is an update carrying the resourceVersion last read. A 409
 // Conflict means somebody else wrote in between: the claimer re-reads the
@@ -106,9 +108,10 @@
 // request, the Lease missing with RequireExisting, and Unauthorized or
 // Forbidden once they have lasted a full LeaseDuration (a kube-apiserver that
 // has just restarted refuses requests until its authorizer has synced, and
-// that must not stop a healthy replica) — end Run with that error, and [Claimer.Healthy] reports not ready from then
-// on (it also does before Run starts), so a readiness probe turns a dead
-// lease loop into a visible, restartable failure:
+// // that must not stop a healthy replica) — end Run with that error, and
+// [Claimer.Healthy] reports an error from then on (it also does before Run
+// starts), so a readiness probe turns a dead lease loop into a visible,
+// restartable failure:
 //
 //	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 //		if err := claimer.Healthy(); err != nil {
@@ -122,28 +125,57 @@
 // update, and watch. Without watch the claimer still works, re-reading the
 // Lease every RetryPeriod, and logs one warning.
 //
+// # Giving the lease up: writers
+//
+// Work done under a claim that must be answered before the Lease goes —
+// a statuspatch Dispatcher's patch calls — registers as a [Writer]
+// ([Claimer.AddWriter]; a Dispatcher built on a Claimer does it itself).
+// When this replica gives the Lease up on purpose (Relinquish, or Run's
+// context cancelled), the claimer asks every writer to quiesce while it
+// still reports the claim as its own: no new write starts, writes in flight
+// run to the API server's answer. It vacates only if every write made under
+// the claim got an answer that settles it; otherwise it leaves the Lease
+// naming this replica, to run out, so that a successor waits a full
+// LeaseDuration rather than race a write that may still land. When the
+// claim ends any other way (lost, run out, a new epoch), writers see it in
+// the published claim and cancel their calls.
+//
+// # Identity
+//
+// [DefaultIdentity] is unique per process (the pod name plus a random
+// suffix). A Lease naming our identity with an epoch this process did not
+// acquire was written by an earlier process with the same identity (a
+// restarted container keeps its pod name): the claimer waits it out like
+// another holder's claim, publishes it with a zero Expiry (never current
+// for us), and never vacates it.
+//
 // # Observability
 //
-// Logging goes to Config.Logger (nil discards): a debug record when this
-// replica acquires or loses the lease, when it vacates, when it sees
-// another holder (or none) take over, and when requests start or stop
-// failing — nothing per unchanged renewal — plus one error record when Run
-// fails.
+// Logging goes to Config.Logger (nil discards): an info record when this
+// replica acquires the lease (with the epoch), stops holding it (with the
+// reason), vacates it or decides not to, and when Run stops; a debug
+// record when it sees another holder (or none) take over and when requests
+// start or stop failing — nothing per unchanged renewal —; one error record
+// when Run fails.
 //
-// Instruments are created from Config.Meter (nil: no-op). Every data point
-// carries k8s.namespace.name and k8s.lease.name.
+// Instruments are created from Config.Meter (nil: no-op) and observed at
+// collection time from the claimer's own counters. Every data point carries
+// k8s.namespace.name and k8s.lease.name; the table of all quietpatch
+// instruments, with their Prometheus names, is in the package documentation
+// of github.com/quietpatch/quietpatch.
 //
-//	| name                          | kind                 | unit         | attributes        | meaning                                      |
-//	|-------------------------------|----------------------|--------------|-------------------|----------------------------------------------|
-//	| quietpatch.leader.is_leader   | Int64ObservableGauge | 1            |                   | 1 while our claim is current, else 0 (*)     |
-//	| quietpatch.leader.transitions | Int64Counter         | {transition} | direction         | acquired, lost: this replica's transitions   |
-//	| quietpatch.leader.requests    | Int64Counter         | {request}    | operation, result | Lease API requests by outcome                |
+//	name                           kind     unit          attributes         meaning
+//	quietpatch.leader.is_leader    gauge    (none)        identity           1 while our claim is current, else 0 (*)
+//	quietpatch.leader.epoch        gauge    (none)                           epoch of the latest claim observed (*)
+//	quietpatch.leader.transitions  counter  {transition}  direction          acquired, lost: this replica's transitions
+//	quietpatch.leader.requests     counter  {request}     operation, result  Lease API requests by outcome
 //
 // (*) observed only while Run runs.
 //
 // operation is one of get, create, acquire, renew, vacate, watch; result is
-// one of ok, conflict (409, including AlreadyExists), not_found, forbidden,
-// unauthorized, invalid, throttled (429), timeout, error.
+// an outcome of package github.com/quietpatch/quietpatch/statuspatch/outcome:
+// ok, conflict (409, including AlreadyExists), not_found, forbidden,
+// unauthorized, invalid, throttled (429), timeout, canceled, error.
 //
 // # Testing
 //

@@ -212,15 +212,12 @@ type Permit[T any] struct {
 // map lookup rather than an insert and a delete; the oldest idle record is
 // evicted beyond that. Nothing else grows.
 //
-// Cost. One mutex acquisition per call and no allocation in steady state.
-// Receive skips, at most, one waiting item per key in flight. On a 2-core
-// EPYC VM, TrySend + Receive + Done costs about 125 ns with a Key function
-// and no meter, of which about 30 ns is the clock read that stamps
-// Enqueued and about 37 ns the three uncontended mutex acquisitions; a
-// buffered channel send + receive costs about 40 ns and client-go's typed
-// workqueue Add + Get + Done about 180 ns (BenchmarkQueue). With an
-// OpenTelemetry SDK meter, recording the instruments adds about 0.8 µs per
-// item, almost all of it in the SDK.
+// Cost. One mutex acquisition per call, one monotonic clock read per send,
+// and no allocation in steady state; Receive skips, at most, one waiting
+// item per key in flight. With a meter, the instruments add the depth
+// Peak-EWMA update and nothing else: the counters are read at collection
+// time. BenchmarkQueue compares it with a buffered channel and client-go's
+// workqueue, with and without metrics; docs/performance.md has the figures.
 //
 // Build one with [NewPatchQueue]; the zero PatchQueue is not usable.
 type PatchQueue[T any] struct {
