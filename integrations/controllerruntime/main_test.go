@@ -1,0 +1,12 @@
+package controllerruntime_test
+
+import (
+	"os"
+	"testing"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	stopTestEnv()
+	os.Exit(code)
+}
