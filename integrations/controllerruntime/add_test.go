@@ -38,9 +38,6 @@ func newComputer(t *testing.T) *conditions.Computer[*examplev1.Widget] {
 // Add and its parts reject what cannot work with an error that names it.
 // The cases that reach the cache use the envtest API server.
 func TestAddErrors(t *testing.T) {
-	if testing.Short() {
-		t.Skip("envtest: starts kube-apiserver and etcd")
-	}
 	_, cfg := testEnv(t)
 	ctx := context.Background()
 	newMgr := func(t *testing.T, opts manager.Options) manager.Manager {
@@ -131,9 +128,6 @@ func TestAddErrors(t *testing.T) {
 // Options.Patcher replaces the default patcher, and Lease.Identity
 // defaults to leader.DefaultIdentity: $POD_NAME and a random suffix.
 func TestAddOptions(t *testing.T) {
-	if testing.Short() {
-		t.Skip("envtest: starts kube-apiserver and etcd")
-	}
 	_, cfg := testEnv(t)
 	admin := adminClient(t, cfg)
 	createNamespace(t, admin, "options")

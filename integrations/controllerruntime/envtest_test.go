@@ -49,9 +49,6 @@ type widgetController = quietpatch.Controller[*examplev1.Widget, conditions.Stat
 // families next to controller-runtime's, and its probes answer; stopping
 // the manager returns only after the pipeline vacated its Lease.
 func TestManager(t *testing.T) {
-	if testing.Short() {
-		t.Skip("envtest: starts kube-apiserver and etcd")
-	}
 	_, cfg := testEnv(t)
 	admin := adminClient(t, cfg)
 	const (
@@ -333,9 +330,6 @@ func waitPasses(t *testing.T, ctrl *widgetController, n int64) {
 // resourceVersion precondition turns a patch computed from an old object
 // into a 409 Conflict, not a write.
 func TestStatusPatcherPrecondition(t *testing.T) {
-	if testing.Short() {
-		t.Skip("envtest: starts kube-apiserver and etcd")
-	}
 	_, cfg := testEnv(t)
 	admin := adminClient(t, cfg)
 	ctx := context.Background()

@@ -47,9 +47,6 @@ type replica struct {
 // that the other writes a changed Widget's status within LeaseDuration +
 // 1 s, and not before the dead leader's claim ran out.
 func TestFailover(t *testing.T) {
-	if testing.Short() {
-		t.Skip("envtest: starts kube-apiserver and etcd, builds and runs the example")
-	}
 	env, cfg := testEnv(t)
 	admin := adminClient(t, cfg)
 	ctx := context.Background()
