@@ -230,11 +230,13 @@ func TestFailover(t *testing.T) {
 	if err := survivor.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
+	termed := time.Now()
 	select {
 	case err := <-survivor.done:
 		if err != nil {
 			t.Errorf("%s after SIGTERM: %v, want exit status 0", survivor.name, err)
 		}
+		t.Logf("%s exited %s after SIGTERM", survivor.name, time.Since(termed).Round(time.Millisecond))
 	case <-time.After(30 * time.Second):
 		t.Fatalf("%s did not exit within 30s of SIGTERM", survivor.name)
 	}
