@@ -13,6 +13,8 @@ import (
 // blocks until its context is cancelled and it has stopped in the safe
 // order (reconciler, dispatcher with its calls in flight, then the Lease).
 type Runner interface {
+	// Run runs until ctx is cancelled or a part fails, and returns once
+	// everything it started has stopped.
 	Run(ctx context.Context) error
 }
 
