@@ -21,6 +21,7 @@ import (
 	"github.com/quietpatch/quietpatch"
 	qpcr "github.com/quietpatch/quietpatch/integrations/controllerruntime"
 	examplev1 "github.com/quietpatch/quietpatch/integrations/controllerruntime/examples/widget/api/v1"
+	"github.com/quietpatch/quietpatch/integrations/controllerruntime/examples/widget/readiness"
 	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch"
 	"github.com/quietpatch/quietpatch/statuspatch/conditions"
@@ -28,7 +29,7 @@ import (
 
 func newComputer(t *testing.T) *conditions.Computer[*examplev1.Widget] {
 	t.Helper()
-	c, err := conditions.New(conditions.Config[*examplev1.Widget]{Conditions: exampleConditions})
+	c, err := conditions.New(conditions.Config[*examplev1.Widget]{Conditions: readiness.Conditions})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	examplev1 "github.com/quietpatch/quietpatch/integrations/controllerruntime/examples/widget/api/v1"
+	"github.com/quietpatch/quietpatch/integrations/controllerruntime/examples/widget/readiness"
 )
 
 // The shared control plane: envtest's kube-apiserver and etcd, started by
@@ -164,7 +165,7 @@ func createWidgets(t testing.TB, c client.Client, ns string, n int, size func(i 
 
 // wantReady is the Ready condition the example computes for a size.
 func wantReady(size int32) (metav1.ConditionStatus, string) {
-	if size > 100 {
+	if size > readiness.MaxSize {
 		return metav1.ConditionFalse, "TooLarge"
 	}
 	return metav1.ConditionTrue, "Sized"

@@ -21,6 +21,7 @@ import (
 	"github.com/quietpatch/quietpatch"
 	qpcr "github.com/quietpatch/quietpatch/integrations/controllerruntime"
 	examplev1 "github.com/quietpatch/quietpatch/integrations/controllerruntime/examples/widget/api/v1"
+	"github.com/quietpatch/quietpatch/integrations/controllerruntime/examples/widget/readiness"
 	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch"
 	"github.com/quietpatch/quietpatch/statuspatch/conditions"
@@ -33,12 +34,6 @@ const (
 	testInterval      = time.Second
 	testLeaseDuration = 2 * time.Second
 )
-
-// exampleConditions is the example's status logic (examples/widget).
-func exampleConditions(w *examplev1.Widget) ([]metav1.Condition, error) {
-	status, reason := wantReady(w.Spec.Size)
-	return []metav1.Condition{{Type: "Ready", Status: status, Reason: reason, Message: fmt.Sprintf("size %d", w.Spec.Size)}}, nil
-}
 
 type widgetController = quietpatch.Controller[*examplev1.Widget, conditions.Status, statuspatch.MergePatch]
 
@@ -72,7 +67,7 @@ func TestManager(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	computer, err := conditions.New(conditions.Config[*examplev1.Widget]{Conditions: exampleConditions})
+	computer, err := conditions.New(conditions.Config[*examplev1.Widget]{Conditions: readiness.Conditions})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -95,6 +95,7 @@ func TestManagerLeaderElectionOn(t *testing.T) {
 	poll(t, 10*time.Second, 20*time.Millisecond, "b leads quietpatch", func() (bool, string, error) {
 		return b.ctrl.Stats().Leading, fmt.Sprintf("claim %+v", b.ctrl.Stats().Claim), nil
 	})
+	quiesce(t, b.ctrl)
 	okA, okB := a.ctrl.Stats().Dispatcher.Patches["ok"], b.ctrl.Stats().Dispatcher.Patches["ok"]
 	if err := admin.Patch(ctx, &examplev1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "w-0000"}},
 		client.RawPatch(types.MergePatchType, []byte(`{"spec":{"size":300}}`))); err != nil {

@@ -17,7 +17,6 @@ import (
 	"os"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -27,6 +26,7 @@ import (
 	"github.com/quietpatch/quietpatch"
 	qpcr "github.com/quietpatch/quietpatch/integrations/controllerruntime"
 	examplev1 "github.com/quietpatch/quietpatch/integrations/controllerruntime/examples/widget/api/v1"
+	"github.com/quietpatch/quietpatch/integrations/controllerruntime/examples/widget/readiness"
 	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch/conditions"
 )
@@ -37,20 +37,6 @@ import (
 // +kubebuilder:rbac:groups=example.com,resources=widgets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=example.com,resources=widgets/status,verbs=patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=widget-system,resources=leases,verbs=get;create;update;watch
-
-// MaxSize is the largest size of a Ready Widget.
-const MaxSize = 100
-
-// readyCondition is the whole status logic: a Widget is Ready unless it is
-// larger than MaxSize.
-func readyCondition(w *examplev1.Widget) ([]metav1.Condition, error) {
-	if w.Spec.Size > MaxSize {
-		return []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: "TooLarge",
-			Message: fmt.Sprintf("size %d is above %d", w.Spec.Size, MaxSize)}}, nil
-	}
-	return []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Sized",
-		Message: fmt.Sprintf("size %d", w.Spec.Size)}}, nil
-}
 
 func main() {
 	var (
@@ -98,7 +84,7 @@ func run(ctx context.Context, cfg quietpatch.Config, metricsAddr, probeAddr stri
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
-	computer, err := conditions.New(conditions.Config[*examplev1.Widget]{Conditions: readyCondition})
+	computer, err := conditions.New(conditions.Config[*examplev1.Widget]{Conditions: readiness.Conditions})
 	if err != nil {
 		return err
 	}
