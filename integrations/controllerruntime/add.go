@@ -64,8 +64,9 @@ type Options struct {
 
 	// PatchQPS and PatchBurst are the client-side rate limit of the
 	// default patcher's client. Zero (the default) or negative PatchQPS
-	// means no client-side limit: Config.Workers bounds the calls in
-	// flight and the API server's priority and fairness protects it, while
+	// means no client-side limit: the pipeline bounds its own calls in
+	// flight (Config.Workers) and the API server's priority and fairness
+	// protects it, while
 	// a limiter would silently cap throughput (see the package
 	// documentation, section Clients). PatchBurst defaults to PatchQPS
 	// (at least 1) when PatchQPS > 0.

@@ -102,8 +102,8 @@
 // [Add] therefore patches through a client of its own, made from the
 // manager's rest.Config without a client-side limit (Options.PatchQPS
 // sets one), sharing the manager's HTTP client, scheme and REST mapper:
-// Config.Workers bounds the calls in flight (one by default), and the API
-// server's priority and fairness protects it. The Lease has a client of
+// the pipeline bounds its own calls in flight (Config.Workers), and the
+// API server's priority and fairness protects it. The Lease has a client of
 // its own too (LeaseQPS/LeaseBurst), so renewals never wait behind patches.
 //
 // # Probes and metrics

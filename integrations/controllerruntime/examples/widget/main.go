@@ -52,7 +52,7 @@ func main() {
 	flag.StringVar(&cfg.Lease.Name, "lease-name", "widget-status", "name of quietpatch's Lease (not the manager's leader election ID)")
 	flag.DurationVar(&leaseDuration, "lease-duration", leader.DefaultLeaseDuration, "quietpatch's LeaseDuration: a crashed leader's successor writes after about this long; whole seconds")
 	flag.DurationVar(&cfg.Interval, "interval", quietpatch.DefaultInterval, "interval between full reconcile passes")
-	flag.IntVar(&cfg.Workers, "workers", 1, "status patches in flight at most")
+	flag.IntVar(&cfg.Workers, "workers", 0, "status patches in flight at most; 0 means the library's default (quietpatch.Config.Workers)")
 	flag.DurationVar(&gracefulShutdown, "graceful-shutdown-timeout", 30*time.Second, "how long the manager waits for quietpatch to stop; keep it above PatchTimeout + Lease CallTimeout (10s by default)")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
