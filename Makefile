@@ -1,7 +1,12 @@
 # quietpatch — see README.md.
 #
 #   make demo    the HTTPRoute status controller on a real local control plane
-#   make test    lint, unit tests (-race) and the end-to-end suite
+#   make test    lint, unit tests (-race), the envtest suite of the
+#                controller-runtime integration and the end-to-end suite
+#   make envtest the controller-runtime integration's tests (envtest on the
+#                real kube-apiserver and etcd of `make bins`)
+#   make generate  controller-gen (sigs.k8s.io/controller-tools) for the
+#                controller-runtime example: deepcopy, CRD, RBAC
 #   make bench   benchmarks, one table of ratios measured in the same run
 #   make lint    gofmt, go vet, go mod tidy -diff on every module
 #   make cluster a local kube-apiserver + etcd until interrupted
@@ -11,7 +16,11 @@
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 GO ?= go
-MODULES := . examples e2e e2e/tools
+MODULES := . examples e2e e2e/tools integrations/controllerruntime
+# Modules whose tests need kube-apiserver and etcd (`make bins`): run by
+# their own targets, not by `unit`.
+BINS_MODULES := e2e integrations/controllerruntime
+CONTROLLER_GEN := sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
 # Modules that exist yet (the layout fills in over time).
 PRESENT := $(foreach m,$(MODULES),$(if $(wildcard $(m)/go.mod),$(m)))
 
@@ -22,7 +31,7 @@ ifneq ($(strip $(KUBEBUILDER_ASSETS)),)
 export KUBEBUILDER_ASSETS := $(abspath $(KUBEBUILDER_ASSETS))
 endif
 
-.PHONY: all test unit e2e bench lint bins tools monitoring demo cluster fuzz
+.PHONY: all test unit envtest generate e2e bench lint bins tools monitoring demo cluster fuzz
 
 all: test
 
@@ -49,15 +58,28 @@ lint:
 	done
 
 unit:
-	@for m in $(filter-out e2e,$(PRESENT)); do \
+	@for m in $(filter-out $(BINS_MODULES),$(PRESENT)); do \
 	  echo "==> unit tests $$m"; \
 	  (cd $$m && $(GO) test -race -count=1 -timeout 15m ./...); \
 	done
 
+# controller-runtime's envtest.Environment on the binaries of `make bins`
+# (or $$KUBEBUILDER_ASSETS): about a minute with -race on 2 cores.
+envtest: bins
+	cd integrations/controllerruntime && $(GO) test -race -count=1 -timeout 10m ./...
+
+# Regenerates the controller-runtime example's deepcopy functions, CRD and
+# RBAC from its Go types and markers; the results are committed.
+generate:
+	cd integrations/controllerruntime/examples/widget && \
+	  $(GO) run $(CONTROLLER_GEN) object paths=./api/... && \
+	  $(GO) run $(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd \
+	    rbac:roleName=widget-status paths=. output:rbac:artifacts:config=config/rbac
+
 e2e: bins tools
 	cd e2e && $(GO) test -count=1 -timeout 60m -p 1 ./...
 
-test: lint unit $(if $(filter e2e,$(PRESENT)),monitoring e2e)
+test: lint unit $(if $(filter integrations/controllerruntime,$(PRESENT)),envtest) $(if $(filter e2e,$(PRESENT)),monitoring e2e)
 
 bench:
 	bash hack/bench.sh

@@ -1,0 +1,215 @@
+package controllerruntime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/quietpatch/quietpatch"
+	"github.com/quietpatch/quietpatch/statuspatch"
+)
+
+// Rate limits of the clients [Add] makes.
+const (
+	// LeaseQPS and LeaseBurst are the client-side rate limit of the Lease
+	// client Add makes (client-go's defaults): a holder writes the Lease
+	// about once per LeaseDuration−RenewGrace, and the limiter is its own,
+	// so that renewals never wait behind status patches.
+	LeaseQPS   = 5
+	LeaseBurst = 10
+)
+
+// Options configures [Add]. Only Config.Lease.Namespace and
+// Config.Lease.Name are required.
+type Options struct {
+	// Config configures the pipeline; see quietpatch.Config for every
+	// field and its default. Add sets these when they are zero:
+	//
+	//   - Name: quietpatch.DefaultName. It labels the instruments and
+	//     names the probes: give each pipeline of a process its own.
+	//   - Leases (unless Observer is set): a Lease client of its own made
+	//     from mgr.GetConfig() and sharing mgr.GetHTTPClient(), limited to
+	//     LeaseQPS/LeaseBurst.
+	//   - Lease.Identity: leader.DefaultIdentity() — $POD_NAME (else the
+	//     host name) plus a random suffix drawn per process, so that a
+	//     restarted container never inherits its predecessor's claim. It is
+	//     not the manager's leader election identity, and needs not be.
+	//   - Logger: the manager's logr.Logger (mgr.GetLogger()) named
+	//     "quietpatch", through logr.ToSlogHandler.
+	//   - Meter: the meter of a MeterProvider of Add's own, exported to
+	//     Registerer (see NewMeterProvider), shut down when the Runnable
+	//     stops.
+	Config quietpatch.Config
+
+	// FieldManager names the writer of the status patches in managedFields.
+	// Default: Config.Name.
+	FieldManager string
+
+	// Patcher, when set, writes the patches instead of the default: a
+	// StatusPatcher over a client of its own, made from mgr.GetConfig()
+	// with the rate limit PatchQPS/PatchBurst and sharing
+	// mgr.GetHTTPClient(), mgr.GetScheme() and mgr.GetRESTMapper(). Pass
+	// NewStatusPatcher(mgr.GetClient(), obj, fieldManager) to patch through
+	// the manager's own client, under its rate limit.
+	Patcher statuspatch.Patcher[statuspatch.MergePatch]
+
+	// PatchQPS and PatchBurst are the client-side rate limit of the
+	// default patcher's client. Zero (the default) or negative PatchQPS
+	// means no client-side limit: the pipeline bounds its own calls in
+	// flight (Config.Workers) and the API server's priority and fairness
+	// protects it, while
+	// a limiter would silently cap throughput (see the package
+	// documentation, section Clients). PatchBurst defaults to PatchQPS
+	// (at least 1) when PatchQPS > 0.
+	PatchQPS   float32
+	PatchBurst int
+
+	// Registerer receives the instruments when Config.Meter is nil.
+	// Default: controller-runtime's metrics.Registry, which the manager
+	// serves on its metrics address.
+	Registerer prometheus.Registerer
+}
+
+// Add builds a quietpatch status controller for the objects of obj's type
+// in mgr's cache and adds it to mgr; mgr.Start runs it. It returns the
+// Controller, whose Enqueue takes events of other resources the status
+// depends on, and whose Stats, Ready and Live report on it.
+//
+// In one call, Add:
+//
+//   - builds the Source over the manager's informer for obj's type
+//     ([NewSource]: the informer's own objects, no deep copies), on which
+//     quietpatch.New registers the handler that enqueues every change;
+//   - builds the Patcher (Options.Patcher, else a [StatusPatcher] over a
+//     client of its own — see Options.PatchQPS);
+//   - builds the pipeline with quietpatch.New (claimer of its own Lease,
+//     bounded queue, reconciler, dispatcher), with the defaults listed on
+//     Options.Config;
+//   - registers its Ready and Live as the manager's readyz and healthz
+//     checks named Config.Name ([AddChecks]);
+//   - adds a [Runnable] that runs it on every replica
+//     (NeedLeaderElection is false), after the manager's caches have
+//     synced, and that returns from Start only once the pipeline has
+//     stopped in the safe order.
+//
+// obj is a pointer to a typed object registered in mgr's scheme
+// (&v1.Widget{}) or an *unstructured.Unstructured with its
+// GroupVersionKind set; O is that type. comp is the StatusComputer, for
+// example a conditions.Computer[O]. ctx bounds GetInformer (see
+// NewSource). Call Add before mgr.Start: the manager accepts probe checks
+// only before it starts.
+//
+// An error names what is wrong; one wrapping quietpatch.ErrInvalidConfig
+// names the field of Options.Config.
+func Add[O client.Object, S any](ctx context.Context, mgr manager.Manager, obj O, comp statuspatch.StatusComputer[O, S, statuspatch.MergePatch], opts Options) (*quietpatch.Controller[O, S, statuspatch.MergePatch], error) {
+	if mgr == nil {
+		return nil, errors.New("controllerruntime: Add: mgr must not be nil")
+	}
+	if comp == nil {
+		return nil, errors.New("controllerruntime: Add: the StatusComputer must not be nil")
+	}
+	cfg := opts.Config
+	if cfg.Name == "" {
+		cfg.Name = quietpatch.DefaultName
+	}
+	if opts.FieldManager == "" {
+		opts.FieldManager = cfg.Name
+	}
+	if opts.PatchBurst < 0 {
+		return nil, fmt.Errorf("controllerruntime: Add: Options.PatchBurst must be >= 0, got %d", opts.PatchBurst)
+	}
+
+	patcher := opts.Patcher
+	if patcher == nil {
+		var err error
+		if patcher, err = newPatcher(mgr, obj, opts); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Observer == nil && cfg.Leases == nil {
+		leases, err := leaseClient(mgr)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Leases = leases
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(logr.ToSlogHandler(mgr.GetLogger().WithName("quietpatch")))
+	}
+	var stop func(context.Context) error
+	if cfg.Meter == nil {
+		reg := opts.Registerer
+		if reg == nil {
+			reg = metrics.Registry
+		}
+		mp, err := NewMeterProvider(reg)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Meter = mp.Meter(MeterName)
+		stop = mp.Shutdown
+	}
+	fail := func(err error) (*quietpatch.Controller[O, S, statuspatch.MergePatch], error) {
+		if stop != nil {
+			_ = stop(context.WithoutCancel(ctx))
+		}
+		return nil, err
+	}
+
+	src, err := NewSource(ctx, mgr.GetCache(), obj)
+	if err != nil {
+		return fail(err)
+	}
+	ctrl, err := quietpatch.New(src, comp, patcher, cfg)
+	if err != nil {
+		return fail(err)
+	}
+	if err := AddChecks(mgr, cfg.Name, ctrl); err != nil {
+		return fail(err)
+	}
+	r := NewRunnable(ctrl)
+	r.stop = stop
+	if err := mgr.Add(r); err != nil {
+		return fail(fmt.Errorf("controllerruntime: adding the Runnable of %q to the manager: %w", cfg.Name, err))
+	}
+	return ctrl, nil
+}
+
+// newPatcher builds the default patcher: a client of its own with the
+// rate limit of opts.
+func newPatcher(mgr manager.Manager, obj client.Object, opts Options) (*StatusPatcher, error) {
+	rc := rest.CopyConfig(mgr.GetConfig())
+	rc.QPS, rc.Burst = -1, 0 // no client-side limit
+	if opts.PatchQPS > 0 {
+		rc.QPS, rc.Burst = opts.PatchQPS, opts.PatchBurst
+		if rc.Burst == 0 {
+			rc.Burst = max(1, int(opts.PatchQPS))
+		}
+	}
+	c, err := client.New(rc, client.Options{HTTPClient: mgr.GetHTTPClient(), Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+	if err != nil {
+		return nil, fmt.Errorf("controllerruntime: Add: the patch client: %w", err)
+	}
+	return NewStatusPatcher(c, obj, opts.FieldManager)
+}
+
+// leaseClient builds the Lease client: its own rate limiter, the manager's
+// connections.
+func leaseClient(mgr manager.Manager) (coordinationv1client.LeasesGetter, error) {
+	rc := rest.CopyConfig(mgr.GetConfig())
+	rc.QPS, rc.Burst = LeaseQPS, LeaseBurst
+	c, err := coordinationv1client.NewForConfigAndClient(rc, mgr.GetHTTPClient())
+	if err != nil {
+		return nil, fmt.Errorf("controllerruntime: Add: the Lease client: %w", err)
+	}
+	return c, nil
+}
