@@ -334,6 +334,7 @@ type loop struct {
 	failing      bool      // the last request failed (for logging edges)
 	deniedRead   time.Time // first of the current run of refused reads (zero: none)
 	deniedWrite  time.Time // first of the current run of refused writes (zero: none)
+	missingNS    time.Time // first create refused for a missing namespace (zero: none)
 	watchSeq     uint64    // last watch event handled
 	lastHolder   string    // holder last logged
 }
@@ -415,6 +416,21 @@ func (l *loop) step(ctx context.Context) (time.Time, error) {
 				return minTime(l.backoffUntil, now.Add(cfg.RetryPeriod)), nil
 			}
 			if err := l.create(ctx); err != nil {
+				if apierrors.IsNotFound(err) {
+					// The namespace does not exist: fatal once it has
+					// lasted a full LeaseDuration (it may be on its
+					// way), never a silent retry loop behind a healthy
+					// replica.
+					if l.missingNS.IsZero() {
+						l.missingNS = now
+					}
+					if now.Sub(l.missingNS) >= cfg.LeaseDuration {
+						return time.Time{}, fmt.Errorf("leader: cannot create the Lease %s/%s: its namespace has not existed for %s: %w",
+							cfg.Namespace, cfg.Name, now.Sub(l.missingNS), err)
+					}
+					l.transientFailure(err)
+					continue
+				}
 				if err := l.writeFailed(err); err != nil {
 					return time.Time{}, err
 				}
@@ -555,6 +571,7 @@ func (l *loop) create(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	l.missingNS = time.Time{}
 	l.acquired(res, now, epoch)
 	return nil
 }

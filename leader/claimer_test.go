@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	k8stesting "k8s.io/client-go/testing"
 )
@@ -502,6 +503,11 @@ func TestPermanentErrorsEndRun(t *testing.T) {
 		{label: "get forbidden", verb: "get", err: forbidden, wantIs: apierrors.IsForbidden},
 		{label: "get unauthorized", verb: "get", err: unauthorized, wantIs: apierrors.IsUnauthorized},
 		{label: "create forbidden", verb: "create", err: forbidden, wantIs: apierrors.IsForbidden},
+		// The Lease's namespace does not exist: not a silent retry loop
+		// behind a healthy replica.
+		{label: "create: namespace missing", verb: "create", err: apierrors.NewNotFound(corev1Namespaces, testNS), wantIs: func(err error) bool {
+			return apierrors.IsNotFound(err) && strings.Contains(err.Error(), "namespace has not existed")
+		}},
 		{label: "acquire forbidden", existing: true, verb: "update", err: forbidden, wantIs: apierrors.IsForbidden},
 		{label: "acquire invalid", existing: true, verb: "update", err: invalid, wantIs: apierrors.IsInvalid},
 		{label: "renew forbidden while holding", holdFirst: true, verb: "update", err: forbidden, wantIs: apierrors.IsForbidden},
@@ -545,7 +551,7 @@ func TestPermanentErrorsEndRun(t *testing.T) {
 					h.clk.SetTime(at(5 * time.Second)) // renewal time
 				}
 			}
-			if apierrors.IsForbidden(tc.err) || apierrors.IsUnauthorized(tc.err) {
+			if apierrors.IsForbidden(tc.err) || apierrors.IsUnauthorized(tc.err) || apierrors.IsNotFound(tc.err) {
 				// Refusals may be an API server whose authorizer has
 				// not synced yet: Run goes on for a LeaseDuration of
 				// refusals, then gives up.
@@ -1063,3 +1069,5 @@ func TestRemovedWriterIsNotAsked(t *testing.T) {
 		t.Fatalf("lease still names %q after relinquish with no writer", holder)
 	}
 }
+
+var corev1Namespaces = schema.GroupResource{Resource: "namespaces"}

@@ -22,9 +22,10 @@ var ErrInvalidPatch = errors.New("statuspatch: invalid patch")
 // a context whose deadline is min(PatchTimeout, time left on the leader's
 // claim); an implementation must return when the context is done, and should
 // return the API server's error as the client returns it (a
-// *k8serrors.StatusError) so that [Classify] can tell conflicts, not-found,
-// forbidden and throttling apart. Patch may be called from several goroutines
-// at once (DispatcherConfig.Workers), never twice at once for the same key.
+// *k8serrors.StatusError), so that outcome.Of (package statuspatch/outcome)
+// can tell conflicts, not-found, forbidden and throttling apart, and a 429's
+// Retry-After reaches the dispatcher. Patch may be called from several
+// goroutines at once, never twice at once for the same key.
 type Patcher[P any] interface {
 	// Patch applies patch, returning when done or when ctx ends.
 	Patch(ctx context.Context, patch P) error
@@ -170,7 +171,7 @@ func NewStatusPatcherForConfig(cfg *rest.Config, gvr schema.GroupVersionResource
 	return &DynamicStatusPatcher{rest: rc, gvr: gvr, fieldManager: fieldManager}, nil
 }
 
-// Patch sends p. It returns the client's error unchanged (see [Classify]),
+// Patch sends p. It returns the client's error unchanged (see package statuspatch/outcome),
 // or an [ErrInvalidPatch] without sending anything when p is malformed.
 func (d *DynamicStatusPatcher) Patch(ctx context.Context, p MergePatch) error {
 	body, err := p.Body()
