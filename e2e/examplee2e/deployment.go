@@ -53,8 +53,8 @@ type Config struct {
 	ReconcileInterval, PatchTimeout        time.Duration
 	// Workers (--workers), QueueCapacity (--queue-capacity).
 	Workers, QueueCapacity int
-	// KubeQPS and KubeBurst (--kube-qps, --kube-burst). Set them: the
-	// controller's limiter is part of its latency budget.
+	// KubeQPS and KubeBurst (--kube-qps, --kube-burst). Zero leaves the
+	// controller's default: no client-side limit.
 	KubeQPS   float64
 	KubeBurst int
 	// LogLevel (--log-level). Default "info".

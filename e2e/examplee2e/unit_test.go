@@ -137,7 +137,7 @@ go_goroutines 42
 		{"gauge", m.Sum(examplee2e.MetricQueueDepth), 3},
 		{"counter, all series", m.Sum(examplee2e.MetricQueueDropped), 8},
 		{"counter, one label", m.Sum(examplee2e.MetricQueueDropped, "reason", "full"), 3},
-		{"counter, two labels", m.Sum(examplee2e.MetricQueueDropped, "queue", "q", "reason", "full"), 2},
+		{"counter, two labels", m.Sum(examplee2e.MetricQueueDropped, "pipeline", "q", "reason", "full"), 2},
 		{"counter, no match", m.Sum(examplee2e.MetricQueueDropped, "reason", "closed"), 0},
 		{"absent family", m.Sum(examplee2e.MetricDispatchInFlight), 0},
 		{"histogram count = passes", m.Passes(), 8},

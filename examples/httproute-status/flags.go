@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -20,6 +18,8 @@ type config struct {
 	opts      controller.Options
 	logLevel  slog.Level
 	logFormat string // "text" or "json"
+	// warnings are logged once logging is configured: deprecated flags.
+	warnings []string
 }
 
 // env reads the environment; tests pass a map's lookup.
@@ -36,18 +36,6 @@ type flagValues struct {
 	mesh                                                            bool
 }
 
-// defaultIdentity is $POD_NAME, else "<hostname>_<pid>".
-func defaultIdentity(getenv env) string {
-	if p := getenv("POD_NAME"); p != "" {
-		return p
-	}
-	h, err := os.Hostname()
-	if err != nil || h == "" {
-		h = "httproute-status"
-	}
-	return h + "_" + strconv.Itoa(os.Getpid())
-}
-
 // defaultLeaseNamespace is $POD_NAMESPACE, else "default".
 func defaultLeaseNamespace(getenv env) string {
 	if ns := getenv("POD_NAMESPACE"); ns != "" {
@@ -62,8 +50,6 @@ func newFlagSet(getenv env) (*flag.FlagSet, *flagValues) {
 	fs := flag.NewFlagSet("httproute-status", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	v := &flagValues{}
-	defaultCapacity := controller.SuggestedCapacity(controller.DefaultReconcileInterval,
-		controller.DefaultPatchLatency, controller.DefaultKubeQPS, controller.DefaultWorkers)
 
 	fs.StringVar(&v.kubeconfig, "kubeconfig", "",
 		"path of a kubeconfig file; empty: the in-cluster configuration when running in a pod, else $KUBECONFIG, else ~/.kube/config")
@@ -72,8 +58,8 @@ func newFlagSet(getenv env) (*flag.FlagSet, *flagValues) {
 	fs.StringVar(&v.leaseNamespace, "lease-namespace", defaultLeaseNamespace(getenv),
 		"namespace of the coordination.k8s.io Lease the replicas compete for: $POD_NAMESPACE if set, else \"default\"")
 	fs.StringVar(&v.leaseName, "lease-name", controller.DefaultLeaseName, "name of the Lease")
-	fs.StringVar(&v.identity, "identity", defaultIdentity(getenv),
-		"this replica's holder identity in the Lease, unique per process: $POD_NAME if set, else <hostname>_<pid>")
+	fs.StringVar(&v.identity, "identity", "",
+		"this replica's holder identity in the Lease, unique per process; empty: $POD_NAME (else the host name) plus '_' and 8 random hex digits drawn at start")
 	fs.DurationVar(&v.leaseDuration, "lease-duration", controller.DefaultLeaseDuration,
 		"how long a claim lasts after it was last renewed; whole seconds (short values are for tests)")
 	fs.DurationVar(&v.renewGrace, "renew-grace", 0,
@@ -83,16 +69,18 @@ func newFlagSet(getenv env) (*flag.FlagSet, *flagValues) {
 	fs.DurationVar(&v.interval, "reconcile-interval", controller.DefaultReconcileInterval,
 		"time between full reconcile passes while leader (events reconcile single routes in between)")
 	fs.IntVar(&v.queueCapacity, "queue-capacity", 0,
-		fmt.Sprintf("patches the queue holds; 0: what the API absorbs in one interval, "+
-			"ceil(--reconcile-interval × min(--workers / --patch-latency, --kube-qps)) (%d with the defaults)", defaultCapacity))
-	fs.DurationVar(&v.patchLatency, "patch-latency", controller.DefaultPatchLatency,
-		"per-patch latency assumed for the default --queue-capacity, measured at --workers in flight (the default, 1/144 s, was measured on 2 cores)")
+		"patches the queue holds; 0: automatic, the library sizes it to what the API server absorbs in one --reconcile-interval")
+	fs.DurationVar(&v.patchLatency, "patch-latency", 0,
+		"deprecated and ignored: the library sizes the queue (see --queue-capacity)")
 	fs.DurationVar(&v.patchTimeout, "patch-timeout", controller.DefaultPatchTimeout,
 		"deadline of each status patch (never later than the end of our claim)")
-	fs.IntVar(&v.workers, "workers", controller.DefaultWorkers, "status patches in flight at most")
+	fs.IntVar(&v.workers, "workers", 0,
+		"status patches in flight at most; 0: automatic, the library adapts the limit to the API server's latency (1 to 1024)")
 	fs.Float64Var(&v.kubeQPS, "kube-qps", controller.DefaultKubeQPS,
-		"client-side rate limit of API requests per second; client-go's default 5 would cap status patches at 50 per 10s interval; negative: no limit")
-	fs.IntVar(&v.kubeBurst, "kube-burst", controller.DefaultKubeBurst, "client-side burst of API requests above --kube-qps")
+		"client-side rate limit of the status and informer client, requests per second; negative: none, the default — the API server's "+
+			"Priority and Fairness protects the server and the adaptive --workers limit protects latency, while a client-side limit "+
+			"silently caps patches (client-go's default 5 allows 50 per 10s interval); the Lease has a client of its own with client-go's default limit")
+	fs.IntVar(&v.kubeBurst, "kube-burst", controller.DefaultKubeBurst, "client-side burst of API requests above a positive --kube-qps")
 	fs.StringVar(&v.metricsAddr, "metrics-addr", ":8080", `listen address of the Prometheus endpoint /metrics; "" or "0" disables it`)
 	fs.StringVar(&v.healthAddr, "health-addr", ":8081", `listen address of /healthz (liveness) and /readyz (readiness); "" or "0" disables them`)
 	fs.StringVar(&v.logLevel, "log-level", "info", "debug, info, warn or error; debug logs a diff of every changed status")
@@ -116,7 +104,6 @@ var flagOf = map[string]string{
 	"RetryPeriod":           "retry-period",
 	"ReconcileInterval":     "reconcile-interval",
 	"QueueCapacity":         "queue-capacity",
-	"PatchLatency":          "patch-latency",
 	"PatchTimeout":          "patch-timeout",
 	"Workers":               "workers",
 	"KubeQPS":               "kube-qps",
@@ -154,15 +141,12 @@ func parseFlags(args []string, getenv env) (config, error) {
 		name string
 		v    time.Duration
 	}{
-		{"lease-duration", v.leaseDuration}, {"reconcile-interval", v.interval}, {"patch-latency", v.patchLatency},
+		{"lease-duration", v.leaseDuration}, {"reconcile-interval", v.interval},
 		{"patch-timeout", v.patchTimeout}, {"cache-sync-timeout", v.cacheSyncTimeout},
 	} {
 		if d.v <= 0 {
 			return config{}, flagError(d.name, "must be > 0, got %s", d.v)
 		}
-	}
-	if v.workers < 1 {
-		return config{}, flagError("workers", "must be between 1 and %d, got %d", controller.MaxWorkers, v.workers)
 	}
 	if v.kubeQPS == 0 {
 		return config{}, flagError("kube-qps", "must be > 0, or negative to turn the client-side limiter off, got 0")
@@ -170,11 +154,16 @@ func parseFlags(args []string, getenv env) (config, error) {
 	if v.kubeQPS > 1e6 {
 		return config{}, flagError("kube-qps", "must be at most 1e6, got %g", v.kubeQPS)
 	}
-	if v.kubeQPS > 0 && v.kubeBurst < 1 {
+	if v.kubeBurst < 1 {
 		return config{}, flagError("kube-burst", "must be >= 1, got %d", v.kubeBurst)
 	}
 
 	cfg := config{logFormat: v.logFormat}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "patch-latency" {
+			cfg.warnings = append(cfg.warnings, "--patch-latency is deprecated and ignored: the queue's capacity is automatic unless --queue-capacity sets it")
+		}
+	})
 	switch strings.ToLower(v.logLevel) {
 	case "debug":
 		cfg.logLevel = slog.LevelDebug
@@ -203,7 +192,6 @@ func parseFlags(args []string, getenv env) (config, error) {
 		RetryPeriod:           v.retryPeriod,
 		ReconcileInterval:     v.interval,
 		QueueCapacity:         v.queueCapacity,
-		PatchLatency:          v.patchLatency,
 		PatchTimeout:          v.patchTimeout,
 		Workers:               v.workers,
 		KubeQPS:               float32(v.kubeQPS),
@@ -218,11 +206,7 @@ func parseFlags(args []string, getenv env) (config, error) {
 		var oe *controller.OptionError
 		if errors.As(err, &oe) {
 			if name, ok := flagOf[oe.Field]; ok {
-				msg := fieldsToFlags.Replace(oe.Rule)
-				if oe.Value != nil {
-					msg += fmt.Sprintf(", got %v", oe.Value)
-				}
-				return config{}, flagError(name, "%s", msg)
+				return config{}, flagError(name, "%s", fieldsToFlags.Replace(oe.Rule))
 			}
 		}
 		return config{}, err

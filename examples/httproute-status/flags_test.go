@@ -7,15 +7,14 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/quietpatch/quietpatch/examples/httproute-status/controller"
 )
 
 // envOf returns an env over m.
 func envOf(m map[string]string) env { return func(k string) string { return m[k] } }
 
 func TestParseFlagsDefaults(t *testing.T) {
-	cfg, err := parseFlags(nil, envOf(map[string]string{"POD_NAME": "pod-0", "POD_NAMESPACE": "qp-system"}))
+	t.Setenv("POD_NAME", "pod-0") // read by leader.DefaultIdentity
+	cfg, err := parseFlags(nil, envOf(map[string]string{"POD_NAMESPACE": "qp-system"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,13 +28,13 @@ func TestParseFlagsDefaults(t *testing.T) {
 		{"Mesh", o.Mesh, true},
 		{"LeaseNamespace", o.LeaseNamespace, "qp-system"},
 		{"LeaseName", o.LeaseName, "quietpatch-httproute-status"},
-		{"Identity", o.Identity, "pod-0"},
+		{"Identity is $POD_NAME_<random>", strings.HasPrefix(o.Identity, "pod-0_") && len(o.Identity) == len("pod-0_")+8, true},
 		{"LeaseDuration", o.LeaseDuration, 15 * time.Second},
 		{"ReconcileInterval", o.ReconcileInterval, 10 * time.Second},
-		{"QueueCapacity", o.QueueCapacity, 500},
+		{"QueueCapacity (automatic)", o.QueueCapacity, 0},
 		{"PatchTimeout", o.PatchTimeout, 5 * time.Second},
-		{"Workers", o.Workers, 2},
-		{"KubeQPS", o.KubeQPS, float32(50)},
+		{"Workers (automatic)", o.Workers, 0},
+		{"KubeQPS (no client-side limit)", o.KubeQPS, float32(-1)},
 		{"KubeBurst", o.KubeBurst, 100},
 		{"MetricsAddr", o.MetricsAddr, ":8080"},
 		{"HealthAddr", o.HealthAddr, ":8081"},
@@ -45,6 +44,7 @@ func TestParseFlagsDefaults(t *testing.T) {
 		{"Logger", o.Logger == nil, true},
 		{"log level", cfg.logLevel, slog.LevelInfo},
 		{"log format", cfg.logFormat, "text"},
+		{"warnings", len(cfg.warnings), 0},
 	} {
 		if c.got != c.want {
 			t.Errorf("default %s = %v, want %v", c.name, c.got, c.want)
@@ -53,6 +53,7 @@ func TestParseFlagsDefaults(t *testing.T) {
 }
 
 func TestParseFlagsEnvironmentDefaults(t *testing.T) {
+	t.Setenv("POD_NAME", "")
 	cfg, err := parseFlags(nil, envOf(nil))
 	if err != nil {
 		t.Fatal(err)
@@ -60,8 +61,12 @@ func TestParseFlagsEnvironmentDefaults(t *testing.T) {
 	if cfg.opts.LeaseNamespace != "default" {
 		t.Errorf("LeaseNamespace without $POD_NAMESPACE = %q, want default", cfg.opts.LeaseNamespace)
 	}
-	if id := cfg.opts.Identity; id == "" || !strings.Contains(id, "_") {
-		t.Errorf("Identity without $POD_NAME = %q, want <hostname>_<pid>", id)
+	again, err := parseFlags(nil, envOf(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := cfg.opts.Identity; id == "" || !strings.Contains(id, "_") || id == again.opts.Identity {
+		t.Errorf("Identity without $POD_NAME = %q, then %q: want <hostname>_<random>, distinct per process", id, again.opts.Identity)
 	}
 }
 
@@ -79,17 +84,15 @@ func TestParseFlags(t *testing.T) {
 		{"short lease timings for tests", []string{"--lease-duration=2s", "--renew-grace=1s", "--retry-period=200ms"}, func(c config) bool {
 			return c.opts.LeaseDuration == 2*time.Second && c.opts.RenewGrace == time.Second && c.opts.RetryPeriod == 200*time.Millisecond
 		}},
-		{"interval sizes the queue", []string{"--reconcile-interval=1m"}, func(c config) bool {
-			return c.opts.ReconcileInterval == time.Minute && c.opts.QueueCapacity == 3000
+		{"interval", []string{"--reconcile-interval=1m"}, func(c config) bool {
+			return c.opts.ReconcileInterval == time.Minute && c.opts.QueueCapacity == 0
 		}},
-		{"QPS sizes the queue", []string{"--kube-qps=5", "--kube-burst=10"}, func(c config) bool {
-			return c.opts.KubeQPS == 5 && c.opts.KubeBurst == 10 && c.opts.QueueCapacity == 50
+		{"client-side limiter", []string{"--kube-qps=5", "--kube-burst=10"}, func(c config) bool {
+			return c.opts.KubeQPS == 5 && c.opts.KubeBurst == 10
 		}},
-		{"limiter off: latency and workers size the queue", []string{"--kube-qps=-1", "--workers=1"}, func(c config) bool {
-			return c.opts.KubeQPS < 0 && c.opts.QueueCapacity == 1440
-		}},
-		{"patch latency", []string{"--kube-qps=-1", "--workers=4", "--patch-latency=15ms"}, func(c config) bool {
-			return c.opts.QueueCapacity == 2667 // ceil(10 s × 4 / 15 ms)
+		{"automatic workers", []string{"--workers=0"}, func(c config) bool { return c.opts.Workers == 0 }},
+		{"patch latency: deprecated, ignored, warned about", []string{"--patch-latency=15ms"}, func(c config) bool {
+			return c.opts.QueueCapacity == 0 && len(c.warnings) == 1 && strings.Contains(c.warnings[0], "--patch-latency is deprecated")
 		}},
 		{"explicit capacity", []string{"--queue-capacity=42"}, func(c config) bool { return c.opts.QueueCapacity == 42 }},
 		{"patch timeout and workers", []string{"--patch-timeout=2s", "--workers=8"}, func(c config) bool {
@@ -133,19 +136,18 @@ func TestParseFlagsInvalid(t *testing.T) {
 		{"zero interval", []string{"--reconcile-interval=0s"}, "--reconcile-interval: must be > 0"},
 		{"negative timeout", []string{"--patch-timeout=-1s"}, "--patch-timeout: must be > 0"},
 		{"zero lease duration", []string{"--lease-duration=0"}, "--lease-duration: must be > 0"},
-		{"zero patch latency", []string{"--patch-latency=0"}, "--patch-latency: must be > 0"},
 		{"zero cache sync", []string{"--cache-sync-timeout=0"}, "--cache-sync-timeout: must be > 0"},
-		{"zero workers", []string{"--workers=0"}, "--workers: must be between 1 and 1024, got 0"},
-		{"too many workers", []string{"--workers=5000"}, "--workers: must be between 1 and 1024, got 5000"},
+		{"negative workers", []string{"--workers=-1"}, "--workers: must be between 0 (automatic) and 1024, got -1"},
+		{"too many workers", []string{"--workers=5000"}, "--workers: must be between 0 (automatic) and 1024, got 5000"},
 		{"zero QPS", []string{"--kube-qps=0"}, "--kube-qps: must be > 0, or negative"},
 		{"absurd QPS", []string{"--kube-qps=1e9"}, "--kube-qps: must be at most"},
 		{"zero burst", []string{"--kube-burst=0"}, "--kube-burst: must be >= 1"},
-		{"negative capacity", []string{"--queue-capacity=-5"}, "--queue-capacity: must be between 0"},
+		{"negative capacity", []string{"--queue-capacity=-5"}, "--queue-capacity: must be between 0 (automatic) and 10000000, got -5"},
 		{"bad controller name", []string{"--controller-name=nope"}, "--controller-name: must be DOMAIN/PATH"},
-		{"bad lease namespace", []string{"--lease-namespace=Bad_NS"}, "--lease-namespace: must be a namespace name"},
-		{"empty lease namespace", []string{"--lease-namespace="}, "--lease-namespace: must be set"},
-		{"bad lease name", []string{"--lease-name=Bad Name"}, "--lease-name: must be an object name"},
-		{"empty identity", []string{"--identity="}, "--identity: must be set"},
+		{"bad lease namespace", []string{"--lease-namespace=Bad_NS"}, "--lease-namespace: must be a valid namespace name"},
+		{"empty lease namespace", []string{"--lease-namespace="}, "--lease-namespace: must not be empty"},
+		{"bad lease name", []string{"--lease-name=Bad Name"}, "--lease-name: must be a valid object name"},
+		{"long identity", []string{"--identity=" + strings.Repeat("x", 254)}, "--identity: must be at most 253 characters"},
 		{"fractional lease", []string{"--lease-duration=1500ms"}, "--lease-duration: must be a whole number of seconds"},
 		{"renew grace too long", []string{"--renew-grace=20s"}, "--renew-grace: must be < --lease-duration (15s), got 20s"},
 		{"retry period too long", []string{"--lease-duration=3s", "--retry-period=2s"}, "--retry-period: must be < --renew-grace (2s)"},
@@ -188,7 +190,9 @@ func TestFlagOf(t *testing.T) {
 			t.Errorf("usage lacks -%s", f.Name)
 		}
 	})
-	if c := controller.SuggestedCapacity(10*time.Second, controller.DefaultPatchLatency, 50, 2); !strings.Contains(b.String(), "(500 with the defaults)") || c != 500 {
-		t.Errorf("usage does not show the default capacity 500 (SuggestedCapacity = %d)", c)
+	for _, s := range []string{"0: automatic", "negative: none, the default", "Priority and Fairness"} {
+		if !strings.Contains(b.String(), s) {
+			t.Errorf("usage lacks %q", s)
+		}
 	}
 }

@@ -65,6 +65,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv en
 	// send those to the same handler.
 	klog.SetSlogLogger(logger)
 	cfg.opts.Logger = logger
+	for _, w := range cfg.warnings {
+		logger.Warn(commandPrefix + w)
+	}
 
 	if err := controller.Run(ctx, cfg.opts); err != nil {
 		logger.Error(commandPrefix+"exiting on failure", slog.Any("error", err))

@@ -22,8 +22,8 @@ func TestRunExitStatus(t *testing.T) {
 		wantOut, wantErrs string
 	}{
 		{name: "help", args: []string{"-h"}, wantCode: 0, wantOut: "Usage: httproute-status [flags]"},
-		{name: "bad flag value", args: []string{"--workers=0"}, wantCode: 2,
-			wantErrs: "httproute-status: invalid value for --workers: must be between 1 and 1024, got 0\nRun 'httproute-status -h' for the flags."},
+		{name: "bad flag value", args: []string{"--workers=-1"}, wantCode: 2,
+			wantErrs: "httproute-status: invalid value for --workers: must be between 0 (automatic) and 1024, got -1\nRun 'httproute-status -h' for the flags."},
 		{name: "unknown flag", args: []string{"--frobnicate"}, wantCode: 2, wantErrs: "flag provided but not defined: -frobnicate"},
 		{name: "unreadable kubeconfig", args: []string{"--kubeconfig=/nonexistent/kubeconfig", "--metrics-addr=0", "--health-addr=0"},
 			wantCode: 1, wantErrs: `loading kubeconfig \"/nonexistent/kubeconfig\"`},

@@ -79,9 +79,9 @@ func main() {
 	flag.DurationVar(&f.leaseDuration, "lease-duration", 4*time.Second, "controller --lease-duration")
 	flag.DurationVar(&f.renewGrace, "renew-grace", time.Second, "controller --renew-grace")
 	flag.DurationVar(&f.retryPeriod, "retry-period", 500*time.Millisecond, "controller --retry-period")
-	flag.IntVar(&f.workers, "workers", 4, "controller --workers (patches in flight)")
-	flag.Float64Var(&f.qps, "kube-qps", 200, "controller --kube-qps")
-	flag.IntVar(&f.burst, "kube-burst", 400, "controller --kube-burst")
+	flag.IntVar(&f.workers, "workers", 0, "controller --workers (patches in flight); 0: the controller's default, automatic")
+	flag.Float64Var(&f.qps, "kube-qps", 0, "controller --kube-qps; 0: the controller's default, no client-side limit")
+	flag.IntVar(&f.burst, "kube-burst", 0, "controller --kube-burst; 0: the controller's default")
 	flag.DurationVar(&f.deadline, "step-deadline", 3*time.Minute, "deadline of each waiting step")
 	flag.BoolVar(&f.keep, "keep", false, "keep the state directory (control plane, audit log, replica logs)")
 	flag.Parse()
@@ -553,8 +553,16 @@ func (d *demo) summarize(ctx context.Context) error {
 		s.controlPlane.Etcd.Round(time.Millisecond), s.controlPlane.APIServer.Round(time.Millisecond), s.controlPlane.GatewayAPI.Round(time.Millisecond)))
 	row("routes", fmt.Sprintf("%d in %d namespaces (%d valid, %d invalid); %d objects installed in %v",
 		len(d.set.Routes), f.namespaces, valid, len(d.set.Routes)-valid, s.objects, s.install.Round(time.Millisecond)))
-	row("replicas", fmt.Sprintf("%d; --reconcile-interval %v --workers %d --kube-qps %g --kube-burst %d --lease-duration %v",
-		f.replicas, f.interval, f.workers, f.qps, f.burst, f.leaseDuration))
+	flags := fmt.Sprintf("--reconcile-interval %v --lease-duration %v", f.interval, f.leaseDuration)
+	for _, fl := range []struct {
+		name string
+		v    float64
+	}{{"workers", float64(f.workers)}, {"kube-qps", f.qps}, {"kube-burst", float64(f.burst)}} {
+		if fl.v != 0 {
+			flags += fmt.Sprintf(" --%s %g", fl.name, fl.v)
+		}
+	}
+	row("replicas", fmt.Sprintf("%d; %s (other flags: the controller's defaults)", f.replicas, flags))
 	row("converge time", s.converge.Round(time.Millisecond).String())
 	row("PATCH, initial convergence", fmt.Sprintf("%s for %d routes to write", s.initialPatches, len(d.set.Routes)))
 	row("PATCH, change step", fmt.Sprintf("%s for %d routes changed (window %v: 2 full passes)", s.changePatches, s.changed, s.changeWindow.Round(time.Millisecond)))

@@ -5,18 +5,13 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayv1client "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned/typed/apis/v1"
-	gatewayv1listers "sigs.k8s.io/gateway-api/pkg/client/listers/apis/v1"
 
 	"github.com/quietpatch/quietpatch/examples/httproute-status/routestatus"
 	"github.com/quietpatch/quietpatch/statuspatch"
-	"github.com/quietpatch/quietpatch/statuspatch/conditions"
 )
 
 // Type parameters of the library's generic types for HTTPRoutes: objects
@@ -29,33 +24,7 @@ type (
 	routePatch  = statuspatch.MergePatch
 )
 
-// routeSource is the reconciler's statuspatch.Source: the HTTPRoute
-// informer's lister. It makes no API call.
-type routeSource struct {
-	lister gatewayv1listers.HTTPRouteLister
-}
-
-var _ statuspatch.Source[routeObject] = routeSource{}
-
-// List returns every route in the cache (a fresh slice; the routes are the
-// cache's and are not modified).
-func (s routeSource) List() ([]routeObject, error) {
-	return s.lister.List(labels.Everything())
-}
-
-// Get returns the route key from the cache.
-func (s routeSource) Get(key types.NamespacedName) (routeObject, bool, error) {
-	r, err := s.lister.HTTPRoutes(key.Namespace).Get(key.Name)
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil, false, nil
-	case err != nil:
-		return nil, false, err
-	}
-	return r, true, nil
-}
-
-// routeComputer is the reconciler's statuspatch.StatusComputer: Compute
+// routeComputer is the pipeline's statuspatch.StatusComputer: Compute
 // from routestatus for the desired status, the typed (time- and
 // order-insensitive, allocation-free) routestatus.Equal for the comparison,
 // and a merge patch of status.parents for the change.
@@ -129,10 +98,4 @@ func (p statusPatcher) Patch(ctx context.Context, mp routePatch) error {
 		return fmt.Errorf("patch status of HTTPRoute %s/%s: %w", mp.Namespace, mp.Name, err)
 	}
 	return nil
-}
-
-// diffOptions are the go-cmp options of the reconciler's debug-level diff
-// of a changed status: what changed, not when.
-func diffOptions() []cmp.Option {
-	return []cmp.Option{conditions.IgnoreTransitionTime(), conditions.SortByType()}
 }

@@ -1,14 +1,14 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
-	"sync"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -23,13 +24,13 @@ import (
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 	gwinformers "sigs.k8s.io/gateway-api/pkg/client/informers/externalversions"
 
+	"github.com/quietpatch/quietpatch"
 	"github.com/quietpatch/quietpatch/examples/httproute-status/routestatus"
-	"github.com/quietpatch/quietpatch/leader"
-	"github.com/quietpatch/quietpatch/statuspatch"
+	"github.com/quietpatch/quietpatch/statuspatch/source"
 )
 
-// Name is the value of the queue, reconciler and dispatcher attributes on
-// the library's instruments, and the user agent of the controller's clients.
+// Name is the value of the pipeline attribute on the library's instruments
+// and in its logs, and the user agent of the controller's clients.
 const Name = "httproute-status"
 
 // ErrAlreadyRunning is returned by a second call of [Controller.Run].
@@ -39,215 +40,122 @@ var ErrAlreadyRunning = errors.New("controller: Run already called")
 // provider. The lease is vacated under the claimer's own CallTimeout.
 const shutdownTimeout = 5 * time.Second
 
-// Controller is the HTTPRoute status controller: informers, a lease
-// claimer, a reconciler, a bounded patch queue and a dispatcher, and the
-// metrics and health endpoints. Build it with [New], run it once with
-// [Controller.Run]. Ready and Live may be called from any goroutine at any
-// time.
+// Controller is the HTTPRoute status controller: informers, the library's
+// status pipeline for HTTPRoutes (quietpatch.Controller: lease claimer,
+// reconciler, bounded queue, dispatcher), and the metrics and health
+// endpoints. Build it with [New], run it once with [Controller.Run]. Its
+// other methods may be called from any goroutine at any time.
 type Controller struct {
-	opts Options
-	log  *slog.Logger
-
+	opts          Options
 	kubeInformers informers.SharedInformerFactory
 	gwInformers   gwinformers.SharedInformerFactory
-	refGrantsV1   bool // ReferenceGrants watched through v1 (else v1beta1)
-
-	queue      *statuspatch.PatchQueue[statuspatch.Patch[routePatch]]
-	reconciler *statuspatch.Reconciler[routeObject, routeStatus, routePatch]
-	dispatcher *statuspatch.Dispatcher[routePatch]
-	claimer    *leader.Claimer
-	telemetry  *telemetry // nil when metrics are off
-
-	started           atomic.Bool
-	synced            atomic.Bool
-	stopping          atomic.Bool
-	dispatcherRunning atomic.Bool
+	pipeline      *quietpatch.Controller[routeObject, routeStatus, routePatch]
+	telemetry     *telemetry
+	started       atomic.Bool
 }
 
 // New validates opts, builds the clients (loading the kubeconfig unless
 // clients or a REST configuration are given), asks discovery which
 // ReferenceGrant version to watch when Options.ReferenceGrantVersion is
-// auto (bounded by ctx and 10 s), and wires informers, claimer, queue,
-// reconciler and dispatcher together. It starts nothing and listens on
+// auto (bounded by ctx and 10 s), and wires the informers and their event
+// handlers to the status pipeline. It starts nothing and listens on
 // nothing: [Controller.Run] does.
 //
 // Invalid options yield an [*OptionError] (wrapping [ErrInvalidOptions])
 // naming the field.
 func New(ctx context.Context, opts Options) (*Controller, error) {
-	opts, err := opts.withDefaults()
+	opts, err := opts.Complete()
 	if err != nil {
 		return nil, err
 	}
-	c := &Controller{opts: opts, log: opts.Logger}
-
-	kube, gw, leases := opts.KubeClient, opts.GatewayClient, opts.LeaseClient
-	if kube == nil || gw == nil {
-		cfg, err := restConfig(opts)
-		if err != nil {
-			return nil, err
-		}
-		if kube == nil {
-			if kube, err = kubernetes.NewForConfig(cfg); err != nil {
-				return nil, fmt.Errorf("controller: building the Kubernetes client: %w", err)
-			}
-			if leases == nil {
-				// A client of its own, with client-go's default limiter:
-				// the lease never waits behind status patches.
-				lcfg := rest.CopyConfig(cfg)
-				lcfg.QPS, lcfg.Burst, lcfg.RateLimiter = 0, 0, nil
-				lc, err := kubernetes.NewForConfig(lcfg)
-				if err != nil {
-					return nil, fmt.Errorf("controller: building the lease client: %w", err)
-				}
-				leases = lc.CoordinationV1()
-			}
-		}
-		if gw == nil {
-			if gw, err = gatewayclient.NewForConfig(cfg); err != nil {
-				return nil, fmt.Errorf("controller: building the Gateway API client: %w", err)
-			}
-		}
+	c := &Controller{opts: opts}
+	kube, gw, leases, err := clients(opts)
+	if err != nil {
+		return nil, err
 	}
-	if leases == nil {
-		leases = kube.CoordinationV1()
+	refGrantsV1 := opts.ReferenceGrantVersion == ReferenceGrantV1 ||
+		opts.ReferenceGrantVersion == ReferenceGrantAuto && c.detectReferenceGrantV1(ctx, gw.Discovery())
+	if c.telemetry, err = newTelemetry(); err != nil {
+		return nil, err
 	}
-
-	switch opts.ReferenceGrantVersion {
-	case ReferenceGrantV1:
-		c.refGrantsV1 = true
-	case ReferenceGrantV1beta1:
-	default:
-		c.refGrantsV1 = c.detectReferenceGrantV1(ctx, gw.Discovery())
-	}
-
-	if !disabledAddr(opts.MetricsAddr) || opts.MetricsListener != nil {
-		if c.telemetry, err = newTelemetry(); err != nil {
-			return nil, err
-		}
-	}
-	meter := c.telemetry.meter()
 
 	// Informers, with the indexes the event handlers use.
 	c.kubeInformers = informers.NewSharedInformerFactory(kube, 0)
 	c.gwInformers = gwinformers.NewSharedInformerFactory(gw, 0)
-	services := c.kubeInformers.Core().V1().Services()
-	namespaces := c.kubeInformers.Core().V1().Namespaces()
-	routes := c.gwInformers.Gateway().V1().HTTPRoutes()
-	gateways := c.gwInformers.Gateway().V1().Gateways()
-	classes := c.gwInformers.Gateway().V1().GatewayClasses()
-	if err := routes.Informer().AddIndexers(routeIndexers()); err != nil {
-		return nil, fmt.Errorf("controller: adding HTTPRoute indexes: %w", err)
+	services, namespaces := c.kubeInformers.Core().V1().Services(), c.kubeInformers.Core().V1().Namespaces()
+	gwv1 := c.gwInformers.Gateway().V1()
+	routes, gateways, classes := gwv1.HTTPRoutes(), gwv1.Gateways(), gwv1.GatewayClasses()
+	if err := errors.Join(routes.Informer().AddIndexers(routeIndexers()), gateways.Informer().AddIndexers(gatewayIndexers())); err != nil {
+		return nil, fmt.Errorf("controller: adding informer indexes: %w", err)
 	}
-	if err := gateways.Informer().AddIndexers(gatewayIndexers()); err != nil {
-		return nil, fmt.Errorf("controller: adding Gateway indexes: %w", err)
-	}
-	lookup := routestatus.Listers{
-		Services:       services.Lister(),
-		Namespaces:     namespaces.Lister(),
-		Gateways:       gateways.Lister(),
-		GatewayClasses: classes.Lister(),
-	}
+	lookup := routestatus.Listers{Services: services.Lister(), Namespaces: namespaces.Lister(),
+		Gateways: gateways.Lister(), GatewayClasses: classes.Lister()}
 	var grants cache.SharedIndexInformer
-	if c.refGrantsV1 {
-		g := c.gwInformers.Gateway().V1().ReferenceGrants()
-		lookup.ReferenceGrantsV1, grants = g.Lister(), g.Informer()
+	if refGrantsV1 {
+		lookup.ReferenceGrantsV1, grants = gwv1.ReferenceGrants().Lister(), gwv1.ReferenceGrants().Informer()
 	} else {
 		g := c.gwInformers.Gateway().V1beta1().ReferenceGrants()
 		lookup.ReferenceGrantsV1beta1, grants = g.Lister(), g.Informer()
 	}
-
-	computer, err := routestatus.NewComputer(routestatus.Options{
-		ControllerName: gatewayControllerName(opts.ControllerName), Mesh: opts.Mesh,
-	})
+	computer, err := routestatus.NewComputer(routestatus.Options{ControllerName: gatewayv1.GatewayController(opts.ControllerName), Mesh: opts.Mesh})
 	if err != nil {
-		return nil, optErr("ControllerName", fmt.Sprintf("%q", opts.ControllerName), "is invalid: %v", err)
+		return nil, fmt.Errorf("controller: %w", err) // Complete checked the name
 	}
 
-	// The lease.
-	c.claimer, err = leader.NewClaimer(leases, leader.Config{
-		Namespace:     opts.LeaseNamespace,
-		Name:          opts.LeaseName,
-		Identity:      opts.Identity,
-		LeaseDuration: opts.LeaseDuration,
-		RenewGrace:    opts.RenewGrace,
-		RetryPeriod:   opts.RetryPeriod,
-		Logger:        opts.Logger,
-		Meter:         meter,
-	})
-	if err != nil {
-		return nil, leaderOptionError(err)
-	}
-
-	// Queue, reconciler, dispatcher.
-	c.queue, err = statuspatch.NewPatchQueue(statuspatch.QueueConfig[statuspatch.Patch[routePatch]]{
-		Capacity: opts.QueueCapacity,
-		Key:      statuspatch.PatchKey[routePatch],
-		MaxAge:   2 * opts.ReconcileInterval,
-		Name:     Name,
-		Meter:    meter,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("controller: %w", err)
-	}
-	c.reconciler, err = statuspatch.NewReconciler(statuspatch.ReconcilerConfig[routeObject, routeStatus, routePatch]{
-		Source:      routeSource{lister: routes.Lister()},
-		Computer:    routeComputer{computer: computer, lookup: lookup, now: time.Now},
-		Queue:       c.queue,
-		Leader:      c.claimer,
-		Interval:    opts.ReconcileInterval,
-		Logger:      opts.Logger,
-		DiffOptions: diffOptions(),
-		Meter:       meter,
-		Name:        Name,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("controller: %w", err)
-	}
-	c.dispatcher, err = statuspatch.NewDispatcher(statuspatch.DispatcherConfig[routePatch]{
-		Queue:        c.queue,
-		Patcher:      statusPatcher{client: gw.GatewayV1(), fieldManager: opts.FieldManager},
-		Leader:       c.claimer,
-		PatchTimeout: opts.PatchTimeout,
-		Workers:      opts.Workers,
-		Logger:       opts.Logger,
-		Meter:        meter,
-		Name:         Name,
-	})
+	// The pipeline: its Run waits for every informer (syncedRoutes), then
+	// competes for the lease; it enqueues the routes' own events.
+	src := syncedRoutes{Cache: source.Informer[routeObject](routes.Informer()), informers: []cache.SharedIndexInformer{
+		routes.Informer(), services.Informer(), gateways.Informer(), classes.Informer(), grants, namespaces.Informer()}}
+	c.pipeline, err = quietpatch.New(src,
+		routeComputer{computer: computer, lookup: lookup, now: time.Now},
+		statusPatcher{client: gw.GatewayV1(), fieldManager: opts.FieldManager},
+		quietpatch.Config{
+			Name:         Name,
+			Leases:       leases,
+			Lease:        opts.leaseConfig(),
+			Interval:     opts.ReconcileInterval,
+			Capacity:     opts.QueueCapacity,
+			Workers:      opts.Workers,
+			PatchTimeout: opts.PatchTimeout,
+			SyncTimeout:  opts.CacheSyncTimeout,
+			Logger:       opts.Logger,
+			Meter:        c.telemetry.provider.Meter(MeterName),
+		})
 	if err != nil {
 		return nil, fmt.Errorf("controller: %w", err)
 	}
 
-	// Event handlers: every change enqueues the routes it can affect.
-	e := &enqueuer{routes: routes.Informer().GetIndexer(), gateways: gateways.Informer().GetIndexer(), enqueue: c.reconciler.Enqueue}
-	for _, h := range []struct {
-		inf cache.SharedIndexInformer
-		on  func(metav1.Object)
-	}{
-		{routes.Informer(), e.onRoute},
-		{services.Informer(), e.onService},
-		{gateways.Informer(), e.onGateway},
-		{classes.Informer(), e.onGatewayClass},
-		{grants, e.onReferenceGrant},
-		{namespaces.Informer(), e.onNamespace},
+	// Events on what a route's status depends on enqueue the routes it can
+	// affect, found through the indexes.
+	e := &enqueuer{routes: routes.Informer().GetIndexer(), gateways: gateways.Informer().GetIndexer(), enqueue: c.pipeline.Enqueue}
+	for inf, on := range map[cache.SharedIndexInformer]func(metav1.Object){
+		services.Informer(): e.onService, gateways.Informer(): e.onGateway, classes.Informer(): e.onGatewayClass,
+		grants: e.onReferenceGrant, namespaces.Informer(): e.onNamespace,
 	} {
-		if _, err := h.inf.AddEventHandler(handler(h.on)); err != nil {
+		if _, err := inf.AddEventHandler(handler(on)); err != nil {
 			return nil, fmt.Errorf("controller: adding an event handler: %w", err)
 		}
 	}
 
-	c.log.Info("controller configured",
-		slog.String("controllerName", opts.ControllerName),
-		slog.Bool("mesh", opts.Mesh),
-		slog.String("lease", opts.LeaseNamespace+"/"+opts.LeaseName),
-		slog.String("identity", opts.Identity),
-		slog.Duration("interval", opts.ReconcileInterval),
-		slog.Int("queueCapacity", opts.QueueCapacity),
-		slog.Int("workers", opts.Workers),
-		slog.Float64("kubeQPS", float64(opts.KubeQPS)),
-		slog.Int("kubeBurst", opts.KubeBurst),
-		slog.Duration("patchTimeout", opts.PatchTimeout),
-		slog.String("referenceGrantVersion", map[bool]string{true: "v1", false: "v1beta1"}[c.refGrantsV1]))
+	// The pipeline logs the rest (interval, capacity, workers) once synced.
+	c.opts.Logger.Info("controller configured", slog.String("controllerName", opts.ControllerName), slog.Bool("mesh", opts.Mesh),
+		slog.String("lease", opts.LeaseNamespace+"/"+opts.LeaseName), slog.String("identity", c.pipeline.Identity()),
+		slog.Float64("kubeQPS", float64(opts.KubeQPS)), slog.Duration("patchTimeout", opts.PatchTimeout),
+		slog.String("referenceGrantVersion", map[bool]string{true: "v1", false: "v1beta1"}[refGrantsV1]))
 	return c, nil
+}
+
+// syncedRoutes is the pipeline's Source: the HTTPRoute cache, which reports
+// itself synced only once every informer is, so that no replica leads
+// with a partial view.
+type syncedRoutes struct {
+	*source.Cache[routeObject]
+	informers []cache.SharedIndexInformer
+}
+
+// HasSynced reports whether every informer has synced.
+func (s syncedRoutes) HasSynced() bool {
+	return !slices.ContainsFunc(s.informers, func(inf cache.SharedIndexInformer) bool { return !inf.HasSynced() })
 }
 
 // Run builds a controller with [New] and runs it until ctx is cancelled;
@@ -267,76 +175,57 @@ func (c *Controller) Options() Options { return c.opts }
 // returns nil; or until a part of it fails, then shuts down and returns
 // that failure. It may be called once.
 //
-// Start: listen on the metrics and health addresses (failing at once if it
-// cannot), start the informers and wait for their caches
-// (Options.CacheSyncTimeout), then start the dispatcher, the lease claimer
-// and the reconciler. Until the caches are synced this replica does not
-// compete for the lease.
+// It listens on the metrics and health addresses (failing at once if it
+// cannot), starts the informers and runs the pipeline
+// (quietpatch.Controller.Run), which waits for the caches
+// (Options.CacheSyncTimeout) before it competes for the lease and stops in
+// the safe order: reconciler, dispatcher, then the Lease. Then Run stops
+// the informers and the endpoints.
 //
 // Failures that end Run: a listener or HTTP server fails; the caches do not
 // sync in time; the lease loop fails (e.g. RBAC forbids the Lease); the
 // dispatcher or the reconciler stops on its own.
-//
-// Shutdown, in this order: stop reconciling; stop the dispatcher (calls in
-// flight are cancelled, queued patches dropped with reason shutdown — the
-// next leader recomputes them); vacate the lease (so a successor takes over
-// at once, and only after none of our patches can still be sent); stop the
-// informers and the HTTP servers. Vacating last means no patch of ours is
-// dispatched after we gave the lease up.
 func (c *Controller) Run(ctx context.Context) error {
 	if !c.started.CompareAndSwap(false, true) {
 		return ErrAlreadyRunning
 	}
-	defer c.stopping.Store(true)
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
-		defer cancel()
-		_ = c.telemetry.shutdown(sctx)
-	}()
-
-	// runCtx ends at the first failure or when ctx is cancelled.
+	// runCtx ends with ctx, or when an endpoint fails.
 	runCtx, fail := context.WithCancelCause(ctx)
 	defer fail(nil)
-	var (
-		failMu   sync.Mutex
-		firstErr error
-	)
-	failWith := func(err error) {
-		failMu.Lock()
-		if firstErr == nil {
-			firstErr = err
-		}
-		failMu.Unlock()
-		fail(err)
-	}
-
-	// Listeners first: a busy port fails now, not after the cache sync.
-	var servers []*server
+	var stops []func(context.Context)
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
 		defer cancel()
-		for _, s := range servers {
-			s.stop(sctx)
+		for _, stop := range stops {
+			stop(sctx)
 		}
+		_ = c.telemetry.provider.Shutdown(sctx)
 	}()
-	if c.telemetry != nil {
-		s, err := listenAndServe("metrics", c.opts.MetricsAddr, c.opts.MetricsListener, c.metricsMux(), failWith)
+	// Listeners first: a busy port fails now, not after the cache sync.
+	for _, ep := range []struct {
+		name, addr string
+		l          net.Listener
+		h          func() http.Handler
+	}{
+		{"metrics", c.opts.MetricsAddr, c.opts.MetricsListener, c.telemetry.handler},
+		{"health", c.opts.HealthAddr, c.opts.HealthListener, func() http.Handler { return healthHandler(c.Live, c.Ready) }},
+	} {
+		if (ep.addr == "" || ep.addr == "0") && ep.l == nil { // turned off
+			continue
+		}
+		stop, err := serve(ep.name, ep.addr, ep.l, ep.h(), fail)
 		if err != nil {
-			c.closeListeners()
+			for _, l := range []net.Listener{c.opts.MetricsListener, c.opts.HealthListener} {
+				if l != nil {
+					_ = l.Close()
+				}
+			}
 			return err
 		}
-		servers = append(servers, s)
-	}
-	if !disabledAddr(c.opts.HealthAddr) || c.opts.HealthListener != nil {
-		s, err := listenAndServe("health", c.opts.HealthAddr, c.opts.HealthListener, healthHandler(c.Live, c.Ready), failWith)
-		if err != nil {
-			c.closeListeners()
-			return err
-		}
-		servers = append(servers, s)
+		stops = append(stops, stop)
 	}
 
-	// Informers, stopped explicitly after everything that reads them.
+	// Informers, stopped after the pipeline that reads them.
 	infCtx, stopInformers := context.WithCancel(context.WithoutCancel(ctx))
 	defer func() {
 		stopInformers()
@@ -345,235 +234,99 @@ func (c *Controller) Run(ctx context.Context) error {
 	}()
 	c.kubeInformers.StartWithContext(infCtx)
 	c.gwInformers.StartWithContext(infCtx)
-	c.log.Info("waiting for informer caches to sync", slog.Duration("timeout", c.opts.CacheSyncTimeout))
-	syncCtx, cancelSync := context.WithTimeout(runCtx, c.opts.CacheSyncTimeout)
-	err := errors.Join(
-		c.kubeInformers.WaitForCacheSyncWithContext(syncCtx).AsError(),
-		c.gwInformers.WaitForCacheSyncWithContext(syncCtx).AsError())
-	syncTimedOut := errors.Is(syncCtx.Err(), context.DeadlineExceeded) && runCtx.Err() == nil
-	cancelSync()
-	if err != nil {
-		if syncTimedOut {
-			failWith(fmt.Errorf("controller: informer caches not synced within %s (are the Gateway API CRDs installed, and may we list and watch HTTPRoutes, Gateways, GatewayClasses, ReferenceGrants, Services and Namespaces?): %w",
-				c.opts.CacheSyncTimeout, err))
-		}
-		c.log.Info("stopped before the informer caches synced")
-		return firstErrOr(&failMu, &firstErr)
+	err := c.pipeline.Run(runCtx)
+	if errors.Is(err, quietpatch.ErrNotSynced) {
+		err = fmt.Errorf("controller: informer caches not synced within %s (are the Gateway API CRDs installed, and may we list and watch HTTPRoutes, Gateways, GatewayClasses, ReferenceGrants, Services and Namespaces?): %w",
+			c.opts.CacheSyncTimeout, err)
 	}
-	c.synced.Store(true)
-	c.log.Info("informer caches synced; competing for the lease")
-
-	// The dispatcher, the claimer and the reconciler, each with its own
-	// context so that shutdown can stop them in order.
-	type part struct {
-		name   string
-		cancel context.CancelFunc
-		done   chan struct{}
+	if err == nil && ctx.Err() == nil {
+		err = context.Cause(runCtx) // an endpoint failed
 	}
-	start := func(name string, run func(context.Context) error) part {
-		pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		p := part{name: name, cancel: cancel, done: make(chan struct{})}
-		go func() {
-			defer close(p.done)
-			err := run(pctx)
-			if pctx.Err() != nil {
-				return // stopped by us
-			}
-			if err == nil {
-				err = errors.New("stopped unexpectedly")
-			}
-			failWith(fmt.Errorf("controller: %s: %w", name, err))
-		}()
-		return p
-	}
-	dispatcher := start("dispatcher", func(ctx context.Context) error {
-		c.dispatcherRunning.Store(true)
-		defer c.dispatcherRunning.Store(false)
-		return c.dispatcher.Run(ctx)
-	})
-	lease := start("lease loop", c.claimer.Run)
-	leadership := start("leadership log", c.logLeadership)
-	reconciler := start("reconciler", c.reconciler.Run)
-
-	<-runCtx.Done()
-	c.stopping.Store(true)
-	if err := firstErrOr(&failMu, &firstErr); err != nil {
-		// Run returns the error; its caller logs it, once.
-		c.log.Info("shutting down after a failure: stopping the reconciler, the dispatcher, then vacating the lease")
-	} else {
-		c.log.Info("shutting down: stopping the reconciler, the dispatcher, then vacating the lease")
-	}
-	for _, p := range []part{reconciler, dispatcher, lease, leadership} {
-		p.cancel()
-		<-p.done
-	}
-	c.queue.Close()
-	c.log.Info("controller stopped")
-	return firstErrOr(&failMu, &firstErr)
+	return err
 }
 
-func firstErrOr(mu *sync.Mutex, err *error) error {
-	mu.Lock()
-	defer mu.Unlock()
-	return *err
-}
-
-// closeListeners closes the listeners given in Options that Run did not
-// get to serve.
-func (c *Controller) closeListeners() {
-	for _, l := range []net.Listener{c.opts.MetricsListener, c.opts.HealthListener} {
-		if l != nil {
-			_ = l.Close()
-		}
-	}
-}
-
-// logLeadership logs, at info level, when this replica gains or loses the
-// lease and who holds it otherwise. It returns nil when ctx ends.
-func (c *Controller) logLeadership(ctx context.Context) error {
-	changes, cancel := c.claimer.Subscribe()
-	defer cancel()
-	id := c.claimer.Identity()
-	var (
-		leading bool
-		holder  string
-		epoch   int64
-	)
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case cl, ok := <-changes:
-			if !ok {
-				return nil
-			}
-			now := time.Now()
-			l := cl.IsCurrentFor(id, now)
-			h := ""
-			if cl.IsCurrent(now) {
-				h = cl.Holder
-			}
-			switch {
-			case l && (!leading || cl.Epoch != epoch):
-				c.log.Info("leading: this replica holds the lease", slog.Int64("epoch", cl.Epoch))
-			case !l && leading:
-				c.log.Info("not leading: this replica no longer holds the lease", slog.String("holder", h))
-			case !l && h != holder:
-				c.log.Info("lease holder observed", slog.String("holder", h), slog.Int64("epoch", cl.Epoch))
-			}
-			leading, holder, epoch = l, h, cl.Epoch
-		}
-	}
-}
-
-// Ready reports whether this replica is ready: nil when the informer caches
-// are synced, the lease loop runs, the dispatcher drains the queue and the
-// reconciler runs — whether or not this replica leads. Otherwise an error
-// listing every reason.
-func (c *Controller) Ready() error {
-	if c.stopping.Load() {
-		return errors.New("shutting down")
-	}
-	if !c.synced.Load() {
-		return errors.New("informer caches not synced")
-	}
-	var errs []error
-	if err := c.claimer.Healthy(); err != nil {
-		errs = append(errs, fmt.Errorf("lease loop: %w", err))
-	}
-	if err := c.dispatcher.Healthy(); err != nil {
-		errs = append(errs, fmt.Errorf("dispatcher: %w", err))
-	}
-	if err := c.reconciler.Healthy(); err != nil {
-		errs = append(errs, fmt.Errorf("reconciler: %w", err))
-	}
-	return errors.Join(errs...)
-}
+// Ready reports whether this replica is ready, leader or not (see
+// quietpatch.Controller.Ready): nil once the informer caches are synced
+// and the lease loop, the dispatcher and the reconciler run.
+func (c *Controller) Ready() error { return c.pipeline.Ready() }
 
 // Live reports whether the process should be restarted: an error only when
-// a dispatcher worker is stuck in a patch call (a Patcher ignoring its
-// context). Every other failure ends Run, and with it the process.
-func (c *Controller) Live() error {
-	if c.dispatcherRunning.Load() {
-		if err := c.dispatcher.Healthy(); err != nil && !errors.Is(err, statuspatch.ErrNotStarted) && !errors.Is(err, statuspatch.ErrStopped) {
-			return fmt.Errorf("dispatcher: %w", err)
-		}
-	}
-	return nil
-}
+// a patch call is stuck (see quietpatch.Controller.Live).
+func (c *Controller) Live() error { return c.pipeline.Live() }
 
-// Claim returns the latest lease claim this replica observed.
-func (c *Controller) Claim() leader.Claim { return c.claimer.Current() }
+// Stats returns a snapshot of the pipeline's counters, its queue's
+// capacity and the latest lease claim observed.
+func (c *Controller) Stats() quietpatch.Stats { return c.pipeline.Stats() }
 
-// QueueStats returns the patch queue's counters.
-func (c *Controller) QueueStats() statuspatch.QueueStats { return c.queue.Stats() }
-
-func (c *Controller) metricsMux() http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", c.telemetry.handler())
-	return mux
-}
-
-// server is one HTTP endpoint served by Run.
-type server struct {
-	srv  *http.Server
-	done chan struct{}
-}
-
-// listenAndServe serves h on l, or on a new listener on addr when l is nil.
-// A Serve that ends other than by stop reports through fail.
-func listenAndServe(name, addr string, l net.Listener, h http.Handler, fail func(error)) (*server, error) {
+// serve serves h on l, or on a new listener on addr when l is nil, until
+// stop is called. A Serve that ends otherwise reports through fail.
+func serve(name, addr string, l net.Listener, h http.Handler, fail func(error)) (stop func(context.Context), err error) {
 	if l == nil {
-		var err error
 		if l, err = net.Listen("tcp", addr); err != nil {
 			return nil, fmt.Errorf("controller: %s endpoint: %w", name, err)
 		}
 	}
-	s := &server{
-		srv:  &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second},
-		done: make(chan struct{}),
-	}
+	srv, done := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}, make(chan struct{})
 	go func() {
-		defer close(s.done)
-		if err := s.srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		defer close(done)
+		if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
 			fail(fmt.Errorf("controller: %s endpoint on %s: %w", name, l.Addr(), err))
 		}
 	}()
-	return s, nil
+	return func(ctx context.Context) {
+		if srv.Shutdown(ctx) != nil {
+			_ = srv.Close()
+		}
+		<-done
+	}, nil
 }
 
-func (s *server) stop(ctx context.Context) {
-	if err := s.srv.Shutdown(ctx); err != nil {
-		_ = s.srv.Close()
-	}
-	<-s.done
-}
-
-// restConfig loads the REST configuration (Options.RestConfig, the
-// kubeconfig file, in-cluster, then the standard loading rules) and sets the
-// rate limit and user agent.
-func restConfig(opts Options) (*rest.Config, error) {
-	var (
-		cfg *rest.Config
-		err error
-	)
-	switch {
-	case opts.RestConfig != nil:
-		cfg = rest.CopyConfig(opts.RestConfig)
-	case opts.Kubeconfig != "":
-		if cfg, err = clientcmd.BuildConfigFromFlags("", opts.Kubeconfig); err != nil {
-			return nil, fmt.Errorf("controller: loading kubeconfig %q: %w", opts.Kubeconfig, err)
-		}
-	default:
-		cfg, err = rest.InClusterConfig()
-		if errors.Is(err, rest.ErrNotInCluster) {
-			rules := clientcmd.NewDefaultClientConfigLoadingRules()
-			cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
-		}
+// clients returns the clients of opts, building those missing from the
+// REST configuration. A Lease client built here has client-go's default
+// rate limiter (QPS 5, burst 10) and no other traffic, so that a renewal
+// never waits behind status patches; with KubeClient given and no
+// LeaseClient, the Lease is served by KubeClient.
+func clients(opts Options) (kubernetes.Interface, gatewayclient.Interface, coordinationv1client.LeasesGetter, error) {
+	kube, gw, leases := opts.KubeClient, opts.GatewayClient, opts.LeaseClient
+	if kube == nil || gw == nil {
+		cfg, err := restConfig(opts)
 		if err != nil {
-			return nil, fmt.Errorf("controller: no Kubernetes configuration (not in a cluster, and $KUBECONFIG / ~/.kube/config gave none; use --kubeconfig): %w", err)
+			return nil, nil, nil, err
+		}
+		lcfg := rest.CopyConfig(cfg)
+		lcfg.QPS, lcfg.Burst = 0, 0 // client-go's defaults
+		kc, errK := kubernetes.NewForConfig(cfg)
+		lc, errL := kubernetes.NewForConfig(lcfg)
+		gc, errG := gatewayclient.NewForConfig(cfg)
+		if err := errors.Join(errK, errL, errG); err != nil {
+			return nil, nil, nil, fmt.Errorf("controller: building the clients: %w", err)
+		}
+		if kube == nil && leases == nil {
+			leases = lc.CoordinationV1()
+		}
+		kube, gw = cmp.Or[kubernetes.Interface](kube, kc), cmp.Or[gatewayclient.Interface](gw, gc)
+	}
+	if leases == nil {
+		leases = kube.CoordinationV1()
+	}
+	return kube, gw, leases, nil
+}
+
+// restConfig loads the REST configuration — Options.RestConfig, else the
+// kubeconfig file, else client-go's loading rules ($KUBECONFIG,
+// ~/.kube/config, then in-cluster) — and sets the rate limit (a negative
+// QPS: none) and the user agent.
+func restConfig(opts Options) (*rest.Config, error) {
+	cfg := opts.RestConfig
+	if cfg == nil {
+		rules := clientcmd.NewDefaultClientConfigLoadingRules()
+		rules.ExplicitPath = opts.Kubeconfig
+		var err error
+		if cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig(); err != nil {
+			return nil, fmt.Errorf("controller: loading kubeconfig %q (empty: $KUBECONFIG, ~/.kube/config, in-cluster; use --kubeconfig): %w", opts.Kubeconfig, err)
 		}
 	}
+	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst, cfg.RateLimiter = opts.KubeQPS, opts.KubeBurst, nil
 	cfg.UserAgent = "quietpatch-" + Name
 	return cfg, nil
@@ -587,42 +340,13 @@ func (c *Controller) detectReferenceGrantV1(ctx context.Context, d discovery.Dis
 	defer cancel()
 	list, err := discovery.ToServerResourcesInterfaceWithContext(d).ServerResourcesForGroupVersionWithContext(dctx, gatewayv1.GroupVersion.String())
 	if err != nil {
-		c.log.Warn("cannot tell which ReferenceGrant version the API server serves; assuming v1 (set --reference-grant-version)",
+		c.opts.Logger.Warn("cannot tell which ReferenceGrant version the API server serves; assuming v1 (set --reference-grant-version)",
 			slog.Any("error", err))
 		return true
 	}
-	for _, r := range list.APIResources {
-		if r.Name == "referencegrants" {
-			return true
-		}
+	if slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == "referencegrants" }) {
+		return true
 	}
-	c.log.Info("gateway.networking.k8s.io/v1 does not serve referencegrants; watching v1beta1")
+	c.opts.Logger.Info("gateway.networking.k8s.io/v1 does not serve referencegrants; watching v1beta1")
 	return false
-}
-
-// leaderOptionError maps a leader.Config error to the Options field that
-// caused it.
-func leaderOptionError(err error) error {
-	if !errors.Is(err, leader.ErrInvalidConfig) {
-		return fmt.Errorf("controller: %w", err)
-	}
-	msg := err.Error()
-	for _, f := range []struct{ config, field string }{
-		{"Config.LeaseDuration", "LeaseDuration"},
-		{"Config.RenewGrace", "RenewGrace"},
-		{"Config.RetryPeriod", "RetryPeriod"},
-		{"Config.CallTimeout", "LeaseDuration"},
-		{"Config.Namespace", "LeaseNamespace"},
-		{"Config.Name", "LeaseName"},
-		{"Config.Identity", "Identity"},
-	} {
-		if i := strings.Index(msg, f.config+" "); i >= 0 {
-			return &OptionError{Field: f.field, Rule: msg[i+len(f.config)+1:]}
-		}
-	}
-	return &OptionError{Field: "LeaseDuration", Rule: msg}
-}
-
-func gatewayControllerName(s string) gatewayv1.GatewayController {
-	return gatewayv1.GatewayController(s)
 }

@@ -150,7 +150,7 @@ func TestRun(t *testing.T) {
 	}
 	for series, want := range map[string]float64{
 		`quietpatch_leader_is_leader{identity="replica-a",k8s_lease_name="quietpatch-httproute-status",k8s_namespace_name="qp-system"}`: 1,
-		`quietpatch_queue_capacity{pipeline="httproute-status"}`:                                                                        float64(c.Options().QueueCapacity),
+		`quietpatch_queue_capacity{pipeline="httproute-status"}`:                                                                        float64(c.Stats().Capacity),
 		`quietpatch_dispatch_patches_total{outcome="ok",pipeline="httproute-status"}`:                                                   float64(len(fc.set.Routes) + affected),
 	} {
 		if got, found := samples[series]; !found || got != want {
@@ -273,7 +273,7 @@ func TestRunNotLeader(t *testing.T) {
 		return nil
 	})
 	eventually(t, 5*time.Second, "the other holder observed", func() error {
-		if h := c.Claim().Holder; h != holder {
+		if h := c.Stats().Claim.Holder; h != holder {
 			return errors.New("holder " + h)
 		}
 		return nil

@@ -16,7 +16,7 @@ import (
 // for it:
 //
 //	event on            enqueues the routes                                       through
-//	HTTPRoute           itself                                                    —
+//	HTTPRoute           itself (the pipeline's own handler)                       —
 //	Service ns/n        with a backendRef (or mirror) or a Service parentRef ns/n indexService
 //	Gateway ns/n        with a Gateway parentRef ns/n                             indexGateway
 //	GatewayClass c      with a parentRef to a Gateway of class c                  indexGatewayClass, then indexGateway
@@ -221,10 +221,6 @@ func handler(on func(metav1.Object)) cache.ResourceEventHandlerFuncs {
 		},
 		DeleteFunc: call,
 	}
-}
-
-func (e *enqueuer) onRoute(m metav1.Object) {
-	e.enqueue(types.NamespacedName{Namespace: m.GetNamespace(), Name: m.GetName()})
 }
 
 func (e *enqueuer) onService(m metav1.Object) {

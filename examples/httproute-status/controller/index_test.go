@@ -153,7 +153,6 @@ func TestEnqueuer(t *testing.T) {
 		event func()
 		want  []string
 	}{
-		{"route", func() { e.onRoute(other) }, []string{"elsewhere/r4"}},
 		{"backend Service", func() { e.onService(&corev1.Service{ObjectMeta: meta("apps", "svc")}) }, []string{"apps/r1"}},
 		{"shared Service", func() { e.onService(&corev1.Service{ObjectMeta: meta("backends", "shared")}) }, []string{"apps/r2", "apps/r3"}},
 		{"unrelated Service", func() { e.onService(&corev1.Service{ObjectMeta: meta("apps", "nobody")}) }, nil},

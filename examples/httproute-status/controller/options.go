@@ -1,21 +1,22 @@
 package controller
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
+	"github.com/quietpatch/quietpatch"
 	"github.com/quietpatch/quietpatch/examples/httproute-status/routestatus"
 	"github.com/quietpatch/quietpatch/leader"
-	"github.com/quietpatch/quietpatch/statuspatch"
 )
 
 // Defaults applied to zero fields of [Options]. The command's flags show the
@@ -28,23 +29,19 @@ const (
 	// DefaultFieldManager is the default Options.FieldManager.
 	DefaultFieldManager = "quietpatch-httproute-status"
 	// DefaultReconcileInterval is the default Options.ReconcileInterval.
-	DefaultReconcileInterval = 10 * time.Second
-	// DefaultPatchLatency is the default Options.PatchLatency: one status
-	// patch in flight against a real kube-apiserver on 2 cores took 1/144 s
-	// (≈ 6.9 ms) on average.
-	DefaultPatchLatency = time.Second / 144
+	DefaultReconcileInterval = quietpatch.DefaultInterval
 	// DefaultPatchTimeout is the default Options.PatchTimeout.
 	DefaultPatchTimeout = 5 * time.Second
-	// DefaultWorkers is the default Options.Workers.
-	DefaultWorkers = 2
-	// DefaultKubeQPS is the default Options.KubeQPS.
-	DefaultKubeQPS = 50
-	// DefaultKubeBurst is the default Options.KubeBurst.
+	// DefaultKubeQPS is the default Options.KubeQPS: negative, no
+	// client-side rate limit on the status and informer client.
+	DefaultKubeQPS = -1
+	// DefaultKubeBurst is the default Options.KubeBurst, used when KubeQPS
+	// is positive.
 	DefaultKubeBurst = 100
 	// DefaultLeaseDuration is the default Options.LeaseDuration.
-	DefaultLeaseDuration = 15 * time.Second
+	DefaultLeaseDuration = leader.DefaultLeaseDuration
 	// DefaultCacheSyncTimeout is the default Options.CacheSyncTimeout.
-	DefaultCacheSyncTimeout = 2 * time.Minute
+	DefaultCacheSyncTimeout = quietpatch.DefaultSyncTimeout
 	// MaxWorkers bounds Options.Workers (the dispatcher's own limit).
 	MaxWorkers = 1024
 	// MaxQueueCapacity bounds Options.QueueCapacity: far above what any API
@@ -75,27 +72,20 @@ var ErrInvalidOptions = errors.New("controller: invalid options")
 type OptionError struct {
 	// Field is the name of the Options field, e.g. "Workers".
 	Field string
-	// Value is the rejected value, formatted with %v; nil when Rule
-	// already shows it.
-	Value any
-	// Rule says what the value must be, e.g. "must be between 1 and 1024".
+	// Rule says what the value must be, and what it was: e.g. "must be
+	// between 0 (automatic) and 1024, got -1".
 	Rule string
 }
 
-// Error implements error: "controller: Options.Workers must be between 1
-// and 1024, got 0".
-func (e *OptionError) Error() string {
-	if e.Value == nil {
-		return fmt.Sprintf("controller: Options.%s %s", e.Field, e.Rule)
-	}
-	return fmt.Sprintf("controller: Options.%s %s, got %v", e.Field, e.Rule, e.Value)
-}
+// Error implements error: "controller: Options.Workers must be between 0
+// (automatic) and 1024, got -1".
+func (e *OptionError) Error() string { return "controller: Options." + e.Field + " " + e.Rule }
 
 // Unwrap returns ErrInvalidOptions.
 func (e *OptionError) Unwrap() error { return ErrInvalidOptions }
 
 func optErr(field string, value any, rule string, args ...any) error {
-	return &OptionError{Field: field, Value: value, Rule: fmt.Sprintf(rule, args...)}
+	return &OptionError{Field: field, Rule: fmt.Sprintf(rule, args...) + fmt.Sprintf(", got %v", value)}
 }
 
 // Options configures the controller. Zero fields take the documented
@@ -125,8 +115,8 @@ type Options struct {
 	// LeaseClient serves the Lease. Default: when KubeClient is set, its
 	// CoordinationV1(); otherwise a client of its own built from the REST
 	// configuration with client-go's default rate limit (QPS 5, burst 10,
-	// plenty for about one write per 5 s), so that status patches
-	// saturating the controller's own limiter never delay a lease renewal.
+	// plenty for about one write per 5 s), so that a lease renewal never
+	// waits behind status patches.
 	LeaseClient coordinationv1client.LeasesGetter
 
 	// ControllerName is written as controllerName in every status entry
@@ -146,14 +136,17 @@ type Options struct {
 	// LeaseName is the name of the Lease (--lease-name). Default
 	// DefaultLeaseName.
 	LeaseName string
-	// Identity is this replica's holder identity (--identity). Required;
-	// must be unique per process.
+	// Identity is this replica's holder identity (--identity). Default
+	// leader.DefaultIdentity(): $POD_NAME (else the host name) plus a
+	// random suffix, unique per process. An explicit identity must be
+	// unique among the processes running at the same time; a process
+	// restarted under its predecessor's identity waits out the claim it
+	// finds.
 	Identity string
 	// LeaseDuration, RenewGrace and RetryPeriod configure the claim
 	// (--lease-duration, --renew-grace, --retry-period); see
-	// leader.Config. Zero: LeaseDuration 15s, RenewGrace ⅔ of
-	// LeaseDuration, RetryPeriod min(2s, RenewGrace/2). Invalid
-	// combinations are rejected as leader.Config rejects them.
+	// leader.Config, which validates them. Zero: LeaseDuration 15s,
+	// RenewGrace ⅔ of LeaseDuration, RetryPeriod min(2s, RenewGrace/2).
 	LeaseDuration, RenewGrace, RetryPeriod time.Duration
 
 	// ReconcileInterval is the time between full reconcile passes while
@@ -163,16 +156,9 @@ type Options struct {
 	ReconcileInterval time.Duration
 
 	// QueueCapacity is the number of patches the queue holds
-	// (--queue-capacity). Zero: [SuggestedCapacity] of the interval,
-	// PatchLatency, KubeQPS and Workers — with the defaults
-	// 10 s × min(2 / 6.9 ms, 50/s) = 500. At most MaxQueueCapacity.
+	// (--queue-capacity). Zero: automatic, the library's default
+	// (quietpatch.Config.Capacity). At most MaxQueueCapacity.
 	QueueCapacity int
-
-	// PatchLatency is the per-patch latency assumed when sizing the queue
-	// (--patch-latency), measured at Workers in flight. Default
-	// DefaultPatchLatency; must not be negative. Only used when
-	// QueueCapacity is zero.
-	PatchLatency time.Duration
 
 	// PatchTimeout bounds every status patch (--patch-timeout); the
 	// deadline is also never later than the end of our claim. Default 5s;
@@ -180,17 +166,19 @@ type Options struct {
 	PatchTimeout time.Duration
 
 	// Workers is the number of status patches in flight at most
-	// (--workers). Default 2; at most MaxWorkers.
+	// (--workers). Zero: automatic, the library's default
+	// (quietpatch.Config.Workers). At most MaxWorkers.
 	Workers int
 
 	// KubeQPS and KubeBurst configure the client-side rate limiter of the
-	// clients built by the controller (--kube-qps, --kube-burst). Zero:
-	// 50 and 100. client-go's own defaults (QPS 5, burst 10) would cap
-	// status patches at 5/s, 50 per 10 s interval, however fast the API
-	// server is. A negative KubeQPS turns the limiter off. KubeQPS also
-	// enters the queue's default capacity. Set them when the controller
-	// builds its clients; with KubeClient and GatewayClient given they
-	// only size the queue.
+	// status and informer client the controller builds (--kube-qps,
+	// --kube-burst). Default: no limiter (KubeQPS negative; KubeBurst 100
+	// applies once KubeQPS is positive). The API server's Priority and
+	// Fairness protects the server, and the dispatcher's in-flight limit
+	// protects latency; a client-side limit would only cap patches
+	// silently (client-go's own default, QPS 5, allows 50 per 10 s
+	// interval). The Lease has a client of its own with client-go's
+	// default limiter (see LeaseClient).
 	KubeQPS   float32
 	KubeBurst int
 
@@ -230,140 +218,63 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// SuggestedCapacity is the queue capacity used when Options.QueueCapacity is
-// zero: statuspatch.SuggestCapacity(interval, patchLatency, qps, workers),
-// the patches the client and the API server absorb in one interval. qps <=
-// 0 means no client limit.
-func SuggestedCapacity(interval, patchLatency time.Duration, qps float32, workers int) int {
-	return statuspatch.SuggestCapacity(interval, patchLatency, qps, workers)
-}
-
 // Complete returns o with the defaults applied, or the *OptionError (wrapping
 // ErrInvalidOptions) that New would return for it. It makes no API call;
 // New calls it too, and applying it twice changes nothing.
-func (o Options) Complete() (Options, error) { return o.withDefaults() }
-
-// withDefaults returns o with defaults applied, or an *OptionError.
-func (o Options) withDefaults() (Options, error) {
-	if o.ControllerName == "" {
-		o.ControllerName = DefaultControllerName
-	}
-	if _, err := routestatus.NewComputer(routestatus.Options{ControllerName: gatewayControllerName(o.ControllerName)}); err != nil {
+func (o Options) Complete() (Options, error) {
+	o.ControllerName = cmp.Or(o.ControllerName, DefaultControllerName)
+	if _, err := routestatus.NewComputer(routestatus.Options{ControllerName: gatewayv1.GatewayController(o.ControllerName)}); err != nil {
 		return o, optErr("ControllerName", fmt.Sprintf("%q", o.ControllerName), `must be DOMAIN/PATH (e.g. "example.net/gateway-controller") of at most 253 characters`)
 	}
-	if o.LeaseName == "" {
-		o.LeaseName = DefaultLeaseName
-	}
-	if o.LeaseNamespace == "" {
-		return o, optErr("LeaseNamespace", `""`, "must be set")
-	}
-	if errs := validation.IsDNS1123Label(o.LeaseNamespace); len(errs) > 0 {
-		return o, optErr("LeaseNamespace", fmt.Sprintf("%q", o.LeaseNamespace), "must be a namespace name (RFC 1123 label)")
-	}
-	if errs := validation.IsDNS1123Subdomain(o.LeaseName); len(errs) > 0 {
-		return o, optErr("LeaseName", fmt.Sprintf("%q", o.LeaseName), "must be an object name (RFC 1123 subdomain)")
-	}
+	o.LeaseName, o.LeaseDuration = cmp.Or(o.LeaseName, DefaultLeaseName), cmp.Or(o.LeaseDuration, DefaultLeaseDuration)
 	if o.Identity == "" {
-		return o, optErr("Identity", `""`, "must be set (unique per process)")
+		o.Identity = leader.DefaultIdentity()
 	}
-	if o.LeaseDuration == 0 {
-		o.LeaseDuration = DefaultLeaseDuration
-	}
+	// leader.Config validates the lease's durations; these are ours.
 	for _, d := range []struct {
 		field string
 		v     time.Duration
-	}{
-		{"LeaseDuration", o.LeaseDuration}, {"RenewGrace", o.RenewGrace}, {"RetryPeriod", o.RetryPeriod},
-		{"ReconcileInterval", o.ReconcileInterval}, {"PatchLatency", o.PatchLatency},
-		{"PatchTimeout", o.PatchTimeout}, {"CacheSyncTimeout", o.CacheSyncTimeout},
-	} {
+	}{{"ReconcileInterval", o.ReconcileInterval}, {"PatchTimeout", o.PatchTimeout}, {"CacheSyncTimeout", o.CacheSyncTimeout}} {
 		if d.v < 0 {
 			return o, optErr(d.field, d.v, "must not be negative")
 		}
 	}
-	if err := validateLease(o); err != nil {
-		return o, err
+	if err := o.leaseConfig().Validate(); err != nil {
+		var ce *leader.ConfigError
+		if !errors.As(err, &ce) {
+			return o, fmt.Errorf("controller: %w", err)
+		}
+		// leader.Config's fields by the Options field that sets them.
+		field := map[string]string{"Namespace": "LeaseNamespace", "Name": "LeaseName", "CallTimeout": "LeaseDuration"}[ce.Field]
+		return o, &OptionError{Field: cmp.Or(field, ce.Field), Rule: ce.Reason}
 	}
-	if o.ReconcileInterval == 0 {
-		o.ReconcileInterval = DefaultReconcileInterval
-	}
-	if o.PatchLatency == 0 {
-		o.PatchLatency = DefaultPatchLatency
-	}
-	if o.PatchTimeout == 0 {
-		o.PatchTimeout = DefaultPatchTimeout
-	}
-	if o.CacheSyncTimeout == 0 {
-		o.CacheSyncTimeout = DefaultCacheSyncTimeout
-	}
-	if o.Workers == 0 {
-		o.Workers = DefaultWorkers
-	}
-	if o.Workers < 0 || o.Workers > MaxWorkers {
-		return o, optErr("Workers", o.Workers, "must be between 1 and %d", MaxWorkers)
-	}
-	if o.KubeQPS == 0 {
-		o.KubeQPS = DefaultKubeQPS
-	}
-	if o.KubeBurst == 0 {
-		o.KubeBurst = DefaultKubeBurst
-	}
-	if o.KubeBurst < 0 {
+	o.ReconcileInterval = cmp.Or(o.ReconcileInterval, DefaultReconcileInterval)
+	o.PatchTimeout = cmp.Or(o.PatchTimeout, DefaultPatchTimeout)
+	o.CacheSyncTimeout = cmp.Or(o.CacheSyncTimeout, DefaultCacheSyncTimeout)
+	o.KubeQPS = cmp.Or(o.KubeQPS, DefaultKubeQPS)
+	o.KubeBurst = cmp.Or(o.KubeBurst, DefaultKubeBurst)
+	o.FieldManager = cmp.Or(o.FieldManager, DefaultFieldManager)
+	o.ReferenceGrantVersion = cmp.Or(o.ReferenceGrantVersion, ReferenceGrantAuto)
+	switch {
+	case o.Workers < 0 || o.Workers > MaxWorkers:
+		return o, optErr("Workers", o.Workers, "must be between 0 (automatic) and %d", MaxWorkers)
+	case o.QueueCapacity < 0 || o.QueueCapacity > MaxQueueCapacity:
+		return o, optErr("QueueCapacity", o.QueueCapacity, "must be between 0 (automatic) and %d", MaxQueueCapacity)
+	case o.KubeBurst < 0:
 		return o, optErr("KubeBurst", o.KubeBurst, "must not be negative")
-	}
-	if o.KubeQPS > 0 && float64(o.KubeBurst) < 1 {
-		return o, optErr("KubeBurst", o.KubeBurst, "must be >= 1 when KubeQPS is positive")
-	}
-	if o.QueueCapacity < 0 || o.QueueCapacity > MaxQueueCapacity {
-		return o, optErr("QueueCapacity", o.QueueCapacity, "must be between 0 (derived) and %d", MaxQueueCapacity)
-	}
-	if o.QueueCapacity == 0 {
-		o.QueueCapacity = SuggestedCapacity(o.ReconcileInterval, o.PatchLatency, o.KubeQPS, o.Workers)
-		o.QueueCapacity = min(max(o.QueueCapacity, 1), MaxQueueCapacity)
-	}
-	if o.FieldManager == "" {
-		o.FieldManager = DefaultFieldManager
-	}
-	if len(o.FieldManager) > 128 {
+	case len(o.FieldManager) > 128:
 		return o, optErr("FieldManager", len(o.FieldManager), "must be at most 128 characters long")
-	}
-	switch o.ReferenceGrantVersion {
-	case "":
-		o.ReferenceGrantVersion = ReferenceGrantAuto
-	case ReferenceGrantAuto, ReferenceGrantV1, ReferenceGrantV1beta1:
-	default:
+	case o.ReferenceGrantVersion != ReferenceGrantAuto && o.ReferenceGrantVersion != ReferenceGrantV1 && o.ReferenceGrantVersion != ReferenceGrantV1beta1:
 		return o, optErr("ReferenceGrantVersion", fmt.Sprintf("%q", o.ReferenceGrantVersion), "must be %q, %q or %q",
 			ReferenceGrantAuto, ReferenceGrantV1, ReferenceGrantV1beta1)
 	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
+	o.Logger = cmp.Or(o.Logger, slog.New(slog.DiscardHandler))
 	return o, nil
 }
 
-// disabledAddr reports whether a listen address turns the endpoint off.
-func disabledAddr(addr string) bool { return addr == "" || addr == "0" }
-
-// validateLease checks the lease fields as leader.NewClaimer does, by
-// building a claimer over a client that is never called (leader.Config has
-// no Validate of its own).
-func validateLease(o Options) error {
-	_, err := leader.NewClaimer(noLeases{}, leader.Config{
-		Namespace:     o.LeaseNamespace,
-		Name:          o.LeaseName,
-		Identity:      o.Identity,
-		LeaseDuration: o.LeaseDuration,
-		RenewGrace:    o.RenewGrace,
-		RetryPeriod:   o.RetryPeriod,
-	})
-	if err != nil {
-		return leaderOptionError(err)
-	}
-	return nil
+// leaseConfig is the claimer's configuration; New adds nothing but the
+// library's defaults (logger and meter).
+func (o Options) leaseConfig() leader.Config {
+	return leader.Config{Namespace: o.LeaseNamespace, Name: o.LeaseName, Identity: o.Identity,
+		LeaseDuration: o.LeaseDuration, RenewGrace: o.RenewGrace, RetryPeriod: o.RetryPeriod}
 }
-
-// noLeases is a LeasesGetter for validation only: NewClaimer keeps the
-// interface it returns and makes no request.
-type noLeases struct{}
-
-func (noLeases) Leases(string) coordinationv1client.LeaseInterface { return nil }

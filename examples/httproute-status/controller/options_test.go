@@ -16,21 +16,19 @@ func TestOptionsComplete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 10 s × min(2 workers / (1/144 s), 50/s) = 500.
-	if got.QueueCapacity != 500 {
-		t.Errorf("default QueueCapacity = %d, want 500", got.QueueCapacity)
-	}
 	for _, c := range []struct {
 		name      string
 		got, want any
 	}{
 		{"ControllerName", got.ControllerName, DefaultControllerName},
 		{"LeaseName", got.LeaseName, DefaultLeaseName},
+		{"Identity (given)", got.Identity, "replica-a"},
 		{"LeaseDuration", got.LeaseDuration, DefaultLeaseDuration},
 		{"ReconcileInterval", got.ReconcileInterval, DefaultReconcileInterval},
 		{"PatchTimeout", got.PatchTimeout, DefaultPatchTimeout},
-		{"Workers", got.Workers, DefaultWorkers},
-		{"KubeQPS", got.KubeQPS, float32(DefaultKubeQPS)},
+		{"Workers (0: automatic)", got.Workers, 0},
+		{"QueueCapacity (0: automatic)", got.QueueCapacity, 0},
+		{"KubeQPS (negative: no client-side limit)", got.KubeQPS, float32(-1)},
 		{"KubeBurst", got.KubeBurst, DefaultKubeBurst},
 		{"FieldManager", got.FieldManager, DefaultFieldManager},
 		{"ReferenceGrantVersion", got.ReferenceGrantVersion, ReferenceGrantAuto},
@@ -41,35 +39,30 @@ func TestOptionsComplete(t *testing.T) {
 		}
 	}
 	again, err := got.Complete()
-	if err != nil || again.QueueCapacity != got.QueueCapacity || again.Workers != got.Workers {
+	if err != nil || again.Identity != got.Identity || again.KubeQPS != got.KubeQPS || again.Workers != got.Workers {
 		t.Errorf("Complete is not idempotent: %+v, %v", again, err)
+	}
+	// Explicit values pass through.
+	o := validOptions()
+	o.Workers, o.QueueCapacity, o.KubeQPS, o.KubeBurst = 8, 42, 50, 7
+	if got, err := o.Complete(); err != nil || got.Workers != 8 || got.QueueCapacity != 42 || got.KubeQPS != 50 || got.KubeBurst != 7 {
+		t.Errorf("explicit values: %+v, %v", got, err)
 	}
 }
 
-func TestOptionsCapacity(t *testing.T) {
-	tests := []struct {
-		name string
-		opts func(*Options)
-		want int
-	}{
-		{"defaults: the client's QPS decides", func(*Options) {}, 500},
-		{"client-go's default limiter", func(o *Options) { o.KubeQPS, o.KubeBurst = 5, 10 }, 50},
-		{"limiter off: latency decides", func(o *Options) { o.KubeQPS = -1; o.Workers = 1 }, 1440},
-		{"explicit capacity", func(o *Options) { o.QueueCapacity = 42 }, 42},
-		{"longer interval", func(o *Options) { o.ReconcileInterval = time.Minute }, 3000},
+// TestOptionsDefaultIdentity: without Options.Identity each Complete draws
+// an identity unique to the process, from $POD_NAME.
+func TestOptionsDefaultIdentity(t *testing.T) {
+	t.Setenv("POD_NAME", "pod-7")
+	o := validOptions()
+	o.Identity = ""
+	a, errA := o.Complete()
+	b, errB := o.Complete()
+	if errA != nil || errB != nil {
+		t.Fatal(errA, errB)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			o := validOptions()
-			tt.opts(&o)
-			got, err := o.Complete()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got.QueueCapacity != tt.want {
-				t.Errorf("QueueCapacity = %d, want %d", got.QueueCapacity, tt.want)
-			}
-		})
+	if !strings.HasPrefix(a.Identity, "pod-7_") || !strings.HasPrefix(b.Identity, "pod-7_") || a.Identity == b.Identity {
+		t.Errorf("default identities %q and %q: want pod-7_<random>, distinct", a.Identity, b.Identity)
 	}
 }
 
@@ -80,16 +73,16 @@ func TestOptionsInvalid(t *testing.T) {
 		wantField string
 		wantText  string
 	}{
-		{"no lease namespace", func(o *Options) { o.LeaseNamespace = "" }, "LeaseNamespace", "must be set"},
-		{"bad lease namespace", func(o *Options) { o.LeaseNamespace = "Not_A_Namespace" }, "LeaseNamespace", "RFC 1123"},
-		{"bad lease name", func(o *Options) { o.LeaseName = "UPPER" }, "LeaseName", "RFC 1123"},
-		{"no identity", func(o *Options) { o.Identity = "" }, "Identity", "must be set"},
+		{"no lease namespace", func(o *Options) { o.LeaseNamespace = "" }, "LeaseNamespace", "must not be empty"},
+		{"bad lease namespace", func(o *Options) { o.LeaseNamespace = "Not_A_Namespace" }, "LeaseNamespace", "valid namespace name"},
+		{"bad lease name", func(o *Options) { o.LeaseName = "UPPER" }, "LeaseName", "valid object name"},
+		{"long identity", func(o *Options) { o.Identity = strings.Repeat("x", 254) }, "Identity", "at most 253"},
 		{"bad controller name", func(o *Options) { o.ControllerName = "no-slash" }, "ControllerName", "DOMAIN/PATH"},
 		{"negative interval", func(o *Options) { o.ReconcileInterval = -time.Second }, "ReconcileInterval", "negative"},
 		{"negative patch timeout", func(o *Options) { o.PatchTimeout = -1 }, "PatchTimeout", "negative"},
-		{"too many workers", func(o *Options) { o.Workers = MaxWorkers + 1 }, "Workers", "between 1 and 1024"},
-		{"negative workers", func(o *Options) { o.Workers = -1 }, "Workers", "between 1 and 1024"},
-		{"negative capacity", func(o *Options) { o.QueueCapacity = -1 }, "QueueCapacity", "between 0"},
+		{"too many workers", func(o *Options) { o.Workers = MaxWorkers + 1 }, "Workers", "between 0 (automatic) and 1024"},
+		{"negative workers", func(o *Options) { o.Workers = -1 }, "Workers", "between 0 (automatic) and 1024"},
+		{"negative capacity", func(o *Options) { o.QueueCapacity = -1 }, "QueueCapacity", "between 0 (automatic)"},
 		{"negative burst", func(o *Options) { o.KubeBurst = -1 }, "KubeBurst", "negative"},
 		{"lease duration not whole seconds", func(o *Options) { o.LeaseDuration = 1500 * time.Millisecond }, "LeaseDuration", "whole number of seconds"},
 		{"renew grace too long", func(o *Options) { o.RenewGrace = 20 * time.Second }, "RenewGrace", "< LeaseDuration"},
