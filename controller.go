@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"go.opentelemetry.io/otel/metric"
 	"k8s.io/apimachinery/pkg/types"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
@@ -112,9 +113,18 @@ type Config struct {
 	// ClaimMargin: no patch call starts with less of the claim left. See
 	// statuspatch.DispatcherConfig.ClaimMargin for the default.
 	ClaimMargin time.Duration
-	// SyncTimeout bounds how long Run waits for the Source's cache to sync
-	// before it competes for the lease. Default [DefaultSyncTimeout].
+	// SyncTimeout bounds how long Run waits for the Source's cache — and
+	// the caches of WaitFor — to sync before it competes for the lease.
+	// Default [DefaultSyncTimeout].
 	SyncTimeout time.Duration
+	// WaitFor are further caches the statuses are computed from (the
+	// informers of other resources: HasSynced of each): Run waits for them
+	// too, so that no replica leads with a partial view.
+	WaitFor []cache.InformerSynced
+	// DiffOptions are the go-cmp options of the debug-level diff of a
+	// changed status (statuspatch.ReconcilerConfig.DiffOptions), e.g.
+	// conditions.IgnoreTransitionTime().
+	DiffOptions []cmp.Option
 
 	// Logger receives the parts' records (see their documentation) and
 	// the Controller's own: start, sync, shutdown. Nil discards.
@@ -221,15 +231,16 @@ func New[O, S, P any](src statuspatch.Source[O], comp statuspatch.StatusComputer
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if c.reconciler, err = statuspatch.NewReconciler(statuspatch.ReconcilerConfig[O, S, P]{
-		Source:   src,
-		Computer: comp,
-		Queue:    c.queue,
-		Leader:   c.observer,
-		Interval: cfg.Interval,
-		Clock:    cfg.Clock,
-		Logger:   cfg.Logger,
-		Meter:    cfg.Meter,
-		Name:     cfg.Name,
+		Source:      src,
+		Computer:    comp,
+		Queue:       c.queue,
+		Leader:      c.observer,
+		Interval:    cfg.Interval,
+		Clock:       cfg.Clock,
+		Logger:      cfg.Logger,
+		DiffOptions: cfg.DiffOptions,
+		Meter:       cfg.Meter,
+		Name:        cfg.Name,
 	}); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -453,16 +464,20 @@ func abs(x int) int {
 	return x
 }
 
-// waitSynced waits for the Source's cache, if it can tell.
+// waitSynced waits for the Source's cache, if it can tell, and for those of
+// Config.WaitFor.
 func (c *Controller[O, S, P]) waitSynced(ctx context.Context) error {
-	s, ok := c.src.(synced)
-	if !ok {
+	checks := c.cfg.WaitFor
+	if s, ok := c.src.(synced); ok {
+		checks = append([]cache.InformerSynced{s.HasSynced}, checks...)
+	}
+	if len(checks) == 0 {
 		return nil
 	}
 	sctx, cancel := context.WithTimeout(ctx, c.cfg.SyncTimeout)
 	defer cancel()
-	c.log.Info("quietpatch: waiting for the source to sync", slog.Duration("timeout", c.cfg.SyncTimeout))
-	if !cache.WaitForCacheSync(sctx.Done(), s.HasSynced) {
+	c.log.Info("quietpatch: waiting for the caches to sync", slog.Int("caches", len(checks)), slog.Duration("timeout", c.cfg.SyncTimeout))
+	if !cache.WaitForCacheSync(sctx.Done(), checks...) {
 		if ctx.Err() != nil {
 			return nil // stopped before the sync: nothing to report
 		}

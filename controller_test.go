@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/quietpatch/quietpatch"
 	"github.com/quietpatch/quietpatch/leader"
@@ -405,5 +406,30 @@ func TestCapacityFollowsTheDrainRate(t *testing.T) {
 			waitUntil(t, "the capacity to follow", func() bool { return c.Queue().Cap() == tc.want })
 			_ = stop()
 		})
+	}
+}
+
+// Caches of other resources in Config.WaitFor hold the competition for the
+// Lease back as the Source's own does.
+func TestRunWaitsForFurtherCaches(t *testing.T) {
+	kube := fake.NewClientset()
+	src := newItems(1)
+	src.synced.Store(true)
+	var other atomic.Bool
+	cfg := baseConfig(kube)
+	cfg.WaitFor = []cache.InformerSynced{other.Load}
+	c, err := quietpatch.New(src, itemComputer, statuspatch.PatcherFunc[string](func(context.Context, string) error { return nil }), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runInBackground(t, c)
+	time.Sleep(100 * time.Millisecond) // the claimer would create the Lease within milliseconds
+	if h := leaseHolder(t, kube); h != "" {
+		t.Fatalf("the Lease is held by %q before every cache synced", h)
+	}
+	other.Store(true)
+	waitUntil(t, "the Lease acquired", func() bool { return leaseHolder(t, kube) == "me" })
+	if err := stop(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 	gatewayv1client "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned/typed/apis/v1"
 
 	"github.com/quietpatch/quietpatch/examples/httproute-status/routestatus"
@@ -98,4 +99,24 @@ func (p statusPatcher) Patch(ctx context.Context, mp routePatch) error {
 		return fmt.Errorf("patch status of HTTPRoute %s/%s: %w", mp.Namespace, mp.Name, err)
 	}
 	return nil
+}
+
+// newPatcher returns the pipeline's patcher. Built from the REST
+// configuration, it is statuspatch's own, which leaves a 429's Retry-After
+// to the dispatcher (client-go would sleep it out in one worker while the
+// others go on); with a Gateway API client given in Options (tests), it is
+// statusPatcher over that client.
+func newPatcher(opts Options, gw gatewayclient.Interface) (statuspatch.Patcher[routePatch], error) {
+	if opts.GatewayClient != nil {
+		return statusPatcher{client: gw.GatewayV1(), fieldManager: opts.FieldManager}, nil
+	}
+	cfg, err := restConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	p, err := statuspatch.NewStatusPatcherForConfig(cfg, gatewayv1.SchemeGroupVersion.WithResource("httproutes"), opts.FieldManager)
+	if err != nil {
+		return nil, fmt.Errorf("controller: %w", err)
+	}
+	return p, nil
 }

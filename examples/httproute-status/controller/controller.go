@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	gocmp "github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/informers"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/quietpatch/quietpatch"
 	"github.com/quietpatch/quietpatch/examples/httproute-status/routestatus"
+	"github.com/quietpatch/quietpatch/statuspatch/conditions"
 	"github.com/quietpatch/quietpatch/statuspatch/source"
 )
 
@@ -102,13 +104,14 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 		return nil, fmt.Errorf("controller: %w", err) // Complete checked the name
 	}
 
-	// The pipeline: its Run waits for every informer (syncedRoutes), then
-	// competes for the lease; it enqueues the routes' own events.
-	src := syncedRoutes{Cache: source.Informer[routeObject](routes.Informer()), informers: []cache.SharedIndexInformer{
-		routes.Informer(), services.Informer(), gateways.Informer(), classes.Informer(), grants, namespaces.Informer()}}
-	c.pipeline, err = quietpatch.New(src,
-		routeComputer{computer: computer, lookup: lookup, now: time.Now},
-		statusPatcher{client: gw.GatewayV1(), fieldManager: opts.FieldManager},
+	patcher, err := newPatcher(opts, gw)
+	if err != nil {
+		return nil, err
+	}
+	// The pipeline: its Run waits for every informer, then competes for
+	// the lease; it enqueues the routes' own events.
+	c.pipeline, err = quietpatch.New(source.Informer[routeObject](routes.Informer()),
+		routeComputer{computer: computer, lookup: lookup, now: time.Now}, patcher,
 		quietpatch.Config{
 			Name:         Name,
 			Leases:       leases,
@@ -118,8 +121,11 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 			Workers:      opts.Workers,
 			PatchTimeout: opts.PatchTimeout,
 			SyncTimeout:  opts.CacheSyncTimeout,
-			Logger:       opts.Logger,
-			Meter:        c.telemetry.provider.Meter(MeterName),
+			WaitFor: []cache.InformerSynced{services.Informer().HasSynced, gateways.Informer().HasSynced,
+				classes.Informer().HasSynced, grants.HasSynced, namespaces.Informer().HasSynced},
+			DiffOptions: []gocmp.Option{conditions.IgnoreTransitionTime(), conditions.SortByType()},
+			Logger:      opts.Logger,
+			Meter:       c.telemetry.provider.Meter(MeterName),
 		})
 	if err != nil {
 		return nil, fmt.Errorf("controller: %w", err)
@@ -143,19 +149,6 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 		slog.Float64("kubeQPS", float64(opts.KubeQPS)), slog.Duration("patchTimeout", opts.PatchTimeout),
 		slog.String("referenceGrantVersion", map[bool]string{true: "v1", false: "v1beta1"}[refGrantsV1]))
 	return c, nil
-}
-
-// syncedRoutes is the pipeline's Source: the HTTPRoute cache, which reports
-// itself synced only once every informer is, so that no replica leads
-// with a partial view.
-type syncedRoutes struct {
-	*source.Cache[routeObject]
-	informers []cache.SharedIndexInformer
-}
-
-// HasSynced reports whether every informer has synced.
-func (s syncedRoutes) HasSynced() bool {
-	return !slices.ContainsFunc(s.informers, func(inf cache.SharedIndexInformer) bool { return !inf.HasSynced() })
 }
 
 // Run builds a controller with [New] and runs it until ctx is cancelled;
