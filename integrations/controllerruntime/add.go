@@ -11,6 +11,7 @@ import (
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -54,12 +55,13 @@ type Options struct {
 	// Default: Config.Name.
 	FieldManager string
 
-	// Patcher, when set, writes the patches instead of the default: a
-	// StatusPatcher over a client of its own, made from mgr.GetConfig()
-	// with the rate limit PatchQPS/PatchBurst and sharing
-	// mgr.GetHTTPClient(), mgr.GetScheme() and mgr.GetRESTMapper(). Pass
-	// NewStatusPatcher(mgr.GetClient(), obj, fieldManager) to patch through
-	// the manager's own client, under its rate limit.
+	// Patcher, when set, writes the patches instead of the default:
+	// statuspatch.NewStatusPatcherForConfig over a client of its own,
+	// made from mgr.GetConfig() with the rate limit PatchQPS/PatchBurst (the
+	// resource found through mgr.GetRESTMapper()); it leaves a 429's
+	// Retry-After to the dispatcher. Pass NewStatusPatcher(mgr.GetClient(),
+	// obj, fieldManager) to patch through the manager's own client, under
+	// its rate limit and its retries.
 	Patcher statuspatch.Patcher[statuspatch.MergePatch]
 
 	// PatchQPS and PatchBurst are the client-side rate limit of the
@@ -89,8 +91,8 @@ type Options struct {
 //   - builds the Source over the manager's informer for obj's type
 //     ([NewSource]: the informer's own objects, no deep copies), on which
 //     quietpatch.New registers the handler that enqueues every change;
-//   - builds the Patcher (Options.Patcher, else a [StatusPatcher] over a
-//     client of its own — see Options.PatchQPS);
+//   - builds the Patcher (Options.Patcher, else statuspatch's REST
+//     patcher over a client of its own — see Options.PatchQPS);
 //   - builds the pipeline with quietpatch.New (claimer of its own Lease,
 //     bounded queue, reconciler, dispatcher), with the defaults listed on
 //     Options.Config;
@@ -184,9 +186,12 @@ func Add[O client.Object, S any](ctx context.Context, mgr manager.Manager, obj O
 	return ctrl, nil
 }
 
-// newPatcher builds the default patcher: a client of its own with the
-// rate limit of opts.
-func newPatcher(mgr manager.Manager, obj client.Object, opts Options) (*StatusPatcher, error) {
+// newPatcher builds the default patcher: statuspatch's REST patcher over a
+// client of its own with the rate limit of opts. Unlike a client-go or
+// controller-runtime client, it does not retry a 429 by itself (sleeping
+// Retry-After in one worker while the others go on): the dispatcher sees
+// the 429 and holds every call back for the window.
+func newPatcher(mgr manager.Manager, obj client.Object, opts Options) (statuspatch.Patcher[statuspatch.MergePatch], error) {
 	rc := rest.CopyConfig(mgr.GetConfig())
 	rc.QPS, rc.Burst = -1, 0 // no client-side limit
 	if opts.PatchQPS > 0 {
@@ -195,11 +200,19 @@ func newPatcher(mgr manager.Manager, obj client.Object, opts Options) (*StatusPa
 			rc.Burst = max(1, int(opts.PatchQPS))
 		}
 	}
-	c, err := client.New(rc, client.Options{HTTPClient: mgr.GetHTTPClient(), Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+	gvk, err := apiutil.GVKForObject(obj, mgr.GetScheme())
+	if err != nil {
+		return nil, fmt.Errorf("controllerruntime: Add: the object's kind: %w", err)
+	}
+	mapping, err := mgr.GetRESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return nil, fmt.Errorf("controllerruntime: Add: the resource of %s: %w", gvk, err)
+	}
+	p, err := statuspatch.NewStatusPatcherForConfig(rc, mapping.Resource, opts.FieldManager)
 	if err != nil {
 		return nil, fmt.Errorf("controllerruntime: Add: the patch client: %w", err)
 	}
-	return NewStatusPatcher(c, obj, opts.FieldManager)
+	return p, nil
 }
 
 // leaseClient builds the Lease client: its own rate limiter, the manager's
