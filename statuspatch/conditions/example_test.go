@@ -33,3 +33,44 @@ func ExampleEqual() {
 	// true true
 	// false false
 }
+
+// A StatusComputer for a status of conditions and observedGeneration: the
+// function from an object to its conditions is all there is to write. The
+// patch keeps the transition time of a condition whose status holds.
+func ExampleNew() {
+	type readySpec struct{ Size int }
+	type status struct {
+		ObservedGeneration int64              `json:"observedGeneration,omitempty"`
+		Conditions         []metav1.Condition `json:"conditions,omitempty"`
+	}
+	type widget struct {
+		metav1.ObjectMeta `json:"metadata"`
+		Spec              readySpec `json:"spec"`
+		Status            status    `json:"status"`
+	}
+	c, err := conditions.New(conditions.Config[*widget]{
+		Conditions: func(w *widget) ([]metav1.Condition, error) {
+			if w.Spec.Size > 100 {
+				return []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: "TooLarge"}}, nil
+			}
+			return []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Sized"}}, nil
+		},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	w := &widget{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "w", Generation: 2, ResourceVersion: "7"}, Spec: readySpec{Size: 3}}
+	w.Status.ObservedGeneration = 1
+	w.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Sized",
+		ObservedGeneration: 1, LastTransitionTime: metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}}
+
+	desired, _ := c.Desired(w)
+	fmt.Println("changed:", !c.Equal(c.Current(w), desired))
+	p, _ := c.Patch(w, desired)
+	body, _ := p.Body()
+	fmt.Println(string(body))
+	// Output:
+	// changed: true
+	// {"metadata":{"resourceVersion":"7"},"status":{"conditions":[{"type":"Ready","status":"True","observedGeneration":2,"lastTransitionTime":"2026-01-01T00:00:00Z","reason":"Sized","message":""}],"observedGeneration":2}}
+}
