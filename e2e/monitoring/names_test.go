@@ -68,6 +68,7 @@ var scheme = map[string]instrument{
 	"quietpatch_dispatch_in_flight":                 {kind: gauge, pipeline: true},
 	"quietpatch_dispatch_limit":                     {kind: gauge, pipeline: true},
 	"quietpatch_dispatch_latency_peak_ewma_seconds": {kind: gauge, pipeline: true},
+	"quietpatch_dispatch_backoff_seconds":           {kind: gauge, pipeline: true},
 	"quietpatch_dispatch_retry_after_total":         {kind: counter, pipeline: true},
 	"quietpatch_leader_is_leader":                   {kind: gauge, labels: withLease(map[string][]string{"identity": nil})},
 	"quietpatch_leader_epoch":                       {kind: gauge, labels: lease},
