@@ -1,6 +1,7 @@
 # quietpatch — see README.md.
 #
-#   make demo    the HTTPRoute status controller on a real local control plane
+#   make demo    the HTTPRoute status controller on a real local control plane;
+#                leaves a report in .cache/demo/ (demo-metrics.svg)
 #   make test    lint, unit tests (-race), the envtest suite of the
 #                controller-runtime integration and the end-to-end suite
 #   make envtest the controller-runtime integration's tests (envtest on the

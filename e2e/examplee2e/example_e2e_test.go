@@ -108,7 +108,10 @@ func generate(t *testing.T, cfg fixtures.Config) *fixtures.Set {
 
 // TestRoutesConvergeThenStayQuiet: every fixture route reaches the status
 // the fixtures expect, read back from the API server, and once it has, the
-// controller sends no PATCH at all over three further intervals.
+// controller sends no PATCH at all over three further intervals. At the
+// end, the replicas' /metrics serve every metric the example's dashboard
+// and alerting rules use and every instrument the root package documents
+// (checkMonitoring).
 func TestRoutesConvergeThenStayQuiet(t *testing.T) {
 	cp, binary, rbac := shared.get(t)
 	ctx := testContext(t, 4*time.Minute)
@@ -172,6 +175,8 @@ func TestRoutesConvergeThenStayQuiet(t *testing.T) {
 	if h, err := d.Holder(ctx); err != nil || h != leader.Identity {
 		t.Fatalf("lease holder is %q (%v), was %s: leadership moved during the test", h, err, leader.Identity)
 	}
+	var leaderScrape examplee2e.Metrics
+	followers := map[string]examplee2e.Metrics{}
 	for _, r := range d.Live() {
 		m, err := r.Scrape(ctx)
 		if err != nil {
@@ -184,7 +189,16 @@ func TestRoutesConvergeThenStayQuiet(t *testing.T) {
 		case r != leader && patches != 0:
 			t.Errorf("follower %s made %v patch calls, want 0", r.Identity, patches)
 		}
+		if r == leader {
+			leaderScrape = m
+		} else {
+			followers[r.Identity] = m
+		}
 	}
+
+	// What the dashboard, the alerts and the docs name is what the
+	// controller serves.
+	checkMonitoring(t, leaderScrape, followers)
 }
 
 // checkLeastPrivilege: the replicas' identity may patch a route's status

@@ -29,6 +29,11 @@ const (
 	MetricDispatchPatches   = "quietpatch_dispatch_patches_total"     // patch calls by outcome
 	MetricDispatchDropped   = "quietpatch_dispatch_dropped_total"     // dequeued, not applied, by reason
 	MetricDispatchInFlight  = "quietpatch_dispatch_in_flight"         // patch calls in progress
+	MetricDispatchLimit     = "quietpatch_dispatch_limit"             // in-flight limit (adaptive or fixed)
+	// MetricDispatchLatencyEWMA is the Peak-EWMA of the patch latency.
+	MetricDispatchLatencyEWMA = "quietpatch_dispatch_latency_peak_ewma_seconds"
+	// MetricLeaderIsLeader is 1 while the replica holds the Lease, else 0.
+	MetricLeaderIsLeader = "quietpatch_leader_is_leader"
 )
 
 // PatchFilter selects the status patches of HTTPRoutes in the API server's

@@ -199,11 +199,16 @@ func dashboardRows() []genRow {
 			{
 				title: "Throttling: 429s and Retry-After waits", w: 12, h: 8, unit: "ops",
 				description: "Patches the API server refused with 429 Too Many Requests (API Priority and Fairness), and the Retry-After " +
-					"waits the dispatcher honoured before its next call. Sustained: the server protects itself from this client; " +
+					"waits the dispatcher honoured before its next call (left axis); the time left before any patch call may start " +
+					"(right axis, a scrape-time sample). Sustained: the server protects itself from this client; " +
 					"lower --workers or check the FlowSchema/PriorityLevelConfiguration that matches the controller's ServiceAccount.",
 				targets: []genTarget{
 					{`sum by (pipeline) (rate(quietpatch_dispatch_patches_total{` + fPipeline + `, outcome="throttled"}` + rateWin + `))`, `{{pipeline}} 429`},
 					{`sum by (pipeline) (rate(quietpatch_dispatch_retry_after_total{` + fPipeline + `}` + rateWin + `))`, `{{pipeline}} Retry-After waits`},
+					{`max by (pipeline) (quietpatch_dispatch_backoff_seconds{` + fPipeline + `})`, `{{pipeline}} back-off left`},
+				},
+				overrides: []any{
+					override(".* back-off left", rightAxis("s")...),
 				},
 			},
 		}},

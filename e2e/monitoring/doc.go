@@ -23,7 +23,11 @@
 //   - Every metric name in the rules and the dashboard belongs to
 //     quietpatch's naming scheme (or to the Go runtime's and process
 //     collectors), with the labels and label values the instruments have,
-//     and the list equals metric-names.txt.
+//     and the list equals metric-names.txt. The naming scheme equals the
+//     instrument table of the root package's doc.go (DocumentedInstruments),
+//     each Prometheus name there being what the exporter makes of the
+//     instrument's name, kind and unit (PrometheusName); so every
+//     documented instrument is on the dashboard or in an alert.
 //   - `kubectl kustomize` renders deploy/monitoring (when kubectl is on
 //     PATH).
 //
@@ -36,8 +40,10 @@
 // MetricNames returns the metric names the dashboard and rules select, so
 // that an end-to-end test can scrape the running example and fail when one
 // of them is missing; FamilyName maps a series name (name_bucket) to the
-// family a scrape lists. Queries, Selectors and Names are the pieces
-// MetricNames is made of. The metric names are extracted by a small PromQL
+// family a scrape lists. DocumentedInstruments returns the instrument
+// table of the root package's documentation, so that the same test can
+// check the scrape against the docs. Queries, Selectors and Names are the
+// pieces MetricNames is made of. The metric names are extracted by a small PromQL
 // lexer (Selectors) rather than Prometheus's parser, which would pull
 // Prometheus into the e2e module.
 package monitoring

@@ -292,9 +292,12 @@ func Names(queries []Query) ([]string, error) {
 // as name_bucket (or _sum, _count), a counter with its _total; FamilyName
 // maps each to the metric family a /metrics scrape lists it under.
 //
-// A counter or histogram of the OpenTelemetry exporter has no series before
-// its first recording, so a check against a scrape should either drive the
-// outcomes it expects or compare only the names that a run produces.
+// quietpatch's counters and gauges are observable: a scrape serves them
+// from the start, with a zero-valued series for every attribute value. A
+// histogram has no series before its first recording, so a check against
+// a scrape must scrape a replica that has recorded them (a leader after
+// its first pass and patch) or excuse them, saying why; examplee2e's
+// TestRoutesConvergeThenStayQuiet does both.
 func MetricNames() ([]string, error) {
 	dir, err := Dir()
 	if err != nil {

@@ -13,12 +13,21 @@
 //     the status PATCHes over the next two intervals: exactly one per
 //     changed route;
 //  6. kill -9 the leader and measure the failover: until another replica
-//     holds the Lease, and until its first status write (audit log);
+//     holds the Lease, and until its first status write (audit log); then
+//     wait for the new leader's first full pass;
 //  7. print a summary, with each replica's queue depth, its Peak-EWMA,
-//     drops and patch outcomes scraped from its /metrics.
+//     drops and patch outcomes scraped from its /metrics;
+//  8. write a report: from step 3 on, every replica's /metrics is scraped
+//     every 400 ms, and demo-metrics.svg plots the leader's queue depth,
+//     its Peak-EWMA, its patch calls per second, its in-flight limit and
+//     its latency Peak-EWMA over the demo, with the convergence, the
+//     change and the failover marked; demo-metrics.csv holds the samples.
+//     They go to .cache/demo/ in the repository (git-ignored; -report
+//     sets another directory), which the clean-up leaves alone, and the
+//     path is printed after the summary.
 //
 // It exits 0 when every check held, 1 with a message naming the step that
-// failed otherwise.
+// failed otherwise. A failed demo writes its report too.
 //
 //	make demo                 # or: cd e2e && go run ./cmd/demo
 //	go run ./cmd/demo -routes 2000 -keep
@@ -60,6 +69,7 @@ type flags struct {
 	burst                                             int
 	deadline                                          time.Duration
 	keep                                              bool
+	report                                            string
 }
 
 const (
@@ -84,6 +94,7 @@ func main() {
 	flag.IntVar(&f.burst, "kube-burst", 0, "controller --kube-burst; 0: the controller's default")
 	flag.DurationVar(&f.deadline, "step-deadline", 3*time.Minute, "deadline of each waiting step")
 	flag.BoolVar(&f.keep, "keep", false, "keep the state directory (control plane, audit log, replica logs)")
+	flag.StringVar(&f.report, "report", "", "directory for the report (demo-metrics.svg, demo-metrics.csv); default .cache/demo in the repository")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -112,7 +123,14 @@ type demo struct {
 	// replicas started.
 	patchesBefore examplee2e.PatchCount
 	started       time.Time
+	// rec samples the replicas' /metrics from step 3 on, for the report;
+	// stopSampling stops it and waits for it.
+	rec          *recorder
+	stopSampling func()
 }
+
+// samplePeriod is how often the recorder scrapes every replica.
+const samplePeriod = 400 * time.Millisecond
 
 // summary collects the figures of the final table.
 type summary struct {
@@ -163,6 +181,11 @@ func run(ctx context.Context, f flags, out io.Writer) (err error) {
 		{"Failover: kill -9 the leader", d.failover},
 	}
 	defer d.cleanup()
+	defer func() {
+		if rerr := d.report(); rerr != nil && err == nil {
+			err = rerr
+		}
+	}()
 	for i, s := range steps {
 		fmt.Fprintf(out, "\n== %d. %s\n", i+1, s.title)
 		sctx, cancel := context.WithTimeout(ctx, f.deadline)
@@ -278,6 +301,7 @@ func (d *demo) startController(ctx context.Context) error {
 	for _, r := range d.rbac.Rules() {
 		d.printf("  %s", r)
 	}
+	d.rec = &recorder{start: time.Now()} // the report's time 0
 	d.deploy, err = examplee2e.Deploy(ctx, d.cp, examplee2e.Config{
 		Binary:            d.binary,
 		Dir:               filepath.Join(d.dir, "replicas"),
@@ -298,6 +322,8 @@ func (d *demo) startController(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	d.rec.mark(time.Now(), "replicas ready", false)
+	d.startSampling()
 	reps := d.deploy.Replicas()
 	d.printf("flags: %s", strings.Join(flagsOnly(reps[0].Args), " "))
 	for _, r := range reps {
@@ -320,6 +346,17 @@ func flagsOnly(args []string) []string {
 	return out
 }
 
+// startSampling runs the recorder until stopSampling is called.
+func (d *demo) startSampling() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		d.rec.run(ctx, samplePeriod, d.deploy.Live)
+	}()
+	d.stopSampling = func() { cancel(); <-done }
+}
+
 // ---- step 4 ----
 
 func (d *demo) converge(ctx context.Context) error {
@@ -333,6 +370,7 @@ func (d *demo) converge(ctx context.Context) error {
 		return err
 	}
 	d.sum.converge = time.Since(begin)
+	d.rec.mark(time.Now(), "all routes converged", false)
 	leader, err := d.deploy.WaitLeader(ctx)
 	if err != nil {
 		return err
@@ -438,6 +476,7 @@ func (d *demo) changeRoutes(ctx context.Context) error {
 		return err
 	}
 	begin := time.Now()
+	d.rec.mark(begin, fmt.Sprintf("%d routes changed", len(changes)), false)
 	var names []types.NamespacedName
 	for _, c := range changes {
 		if err := d.apply(ctx, c); err != nil {
@@ -486,6 +525,7 @@ func (d *demo) failover(ctx context.Context) error {
 
 	killedAt := time.Now()
 	leader.Kill()
+	d.rec.mark(killedAt, "kill -9 "+leader.Identity, true)
 	d.sum.killed = leader.Identity
 	d.printf("killed the leader %s (pid %d) with SIGKILL: no shutdown, the Lease is not vacated", leader.Identity, leader.PID())
 	if err := d.apply(ctx, revert); err != nil {
@@ -498,6 +538,7 @@ func (d *demo) failover(ctx context.Context) error {
 		return err
 	}
 	d.sum.leaseTakeover, d.sum.newLeader = time.Since(killedAt), next.Identity
+	d.rec.mark(killedAt.Add(d.sum.leaseTakeover), next.Identity+" holds the Lease", true)
 	d.printf("%s holds the Lease %v after the kill (lease duration %v, retry period %v)",
 		next.Identity, d.sum.leaseTakeover.Round(time.Millisecond), d.f.leaseDuration, d.f.retryPeriod)
 
@@ -533,6 +574,11 @@ func (d *demo) failover(ctx context.Context) error {
 		return err
 	}
 	d.printf("all %d routes still have their expected status", census.Converged)
+	// The new leader's own passes, for the record and for the report.
+	if err := examplee2e.Settle(ctx, []*examplee2e.Replica{next}); err != nil {
+		return err
+	}
+	d.printf("%s finished a full pass since the failover, with nothing left queued or in flight", next.Identity)
 	return nil
 }
 
@@ -621,6 +667,35 @@ func (d *demo) summarize(ctx context.Context) error {
 		}
 	}
 	fmt.Fprintf(d.out, "\n   OK: every route converged, only changed routes were patched, a successor took over after kill -9.\n")
+	return nil
+}
+
+// ---- step 8 ----
+
+// report stops the sampling and writes the report, if the replicas were
+// sampled at all, into -report or .cache/demo of the repository, and says
+// where.
+func (d *demo) report() error {
+	if d.stopSampling == nil {
+		return nil
+	}
+	d.stopSampling()
+	dir := d.f.report
+	if dir == "" {
+		examples, err := examplee2e.ExamplesDir()
+		if err != nil {
+			return fmt.Errorf("report: %w", err)
+		}
+		dir = filepath.Join(filepath.Dir(examples), ".cache", "demo")
+	}
+	path, n, err := d.rec.write(dir)
+	if err != nil {
+		fmt.Fprintf(d.out, "\n   report not written: %v\n", err)
+		return fmt.Errorf("report: %w", err)
+	}
+	fmt.Fprintf(d.out, "\n   report: %s\n", path)
+	d.printf("the leader's queue depth, its Peak-EWMA, patch calls/s, in-flight limit and latency Peak-EWMA over the demo, the failover in red;")
+	d.printf("from %d scrapes of the replicas' /metrics, one every %v per replica (samples: %s)", n, samplePeriod, filepath.Join(dir, reportCSV))
 	return nil
 }
 

@@ -1,0 +1,100 @@
+package monitoring
+
+import (
+	"errors"
+	"maps"
+	"slices"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestDocumentedInstruments: the table in the root package's doc.go, the
+// naming scheme this package checks the dashboard and rules against, and
+// the exporter's naming rule agree, family by family and kind by kind.
+func TestDocumentedInstruments(t *testing.T) {
+	ins, err := DocumentedInstruments()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]kind{"counter": counter, "gauge": gauge, "histogram": histogram}
+	documented := map[string]bool{}
+	for _, in := range ins {
+		if documented[in.Prometheus] {
+			t.Errorf("%s: %s is listed twice", RootDocFile, in.Prometheus)
+		}
+		documented[in.Prometheus] = true
+		if want := PrometheusName(in.Name, in.Kind, in.Unit); in.Prometheus != want {
+			t.Errorf("%s: %s (%s, unit %s) is listed as %s; the exporter names it %s", RootDocFile, in.Name, in.Kind, in.Unit, in.Prometheus, want)
+		}
+		k, ok := kinds[in.Kind]
+		if !ok {
+			t.Errorf("%s: %s has kind %q, want counter, gauge or histogram", RootDocFile, in.Name, in.Kind)
+			continue
+		}
+		inst, ok := scheme[in.Prometheus]
+		switch {
+		case !ok:
+			t.Errorf("%s lists %s, which the naming scheme (names_test.go) lacks", RootDocFile, in.Prometheus)
+		case inst.kind != k:
+			t.Errorf("%s lists %s as a %s; the naming scheme has another kind", RootDocFile, in.Prometheus, in.Kind)
+		}
+	}
+	for _, fam := range slices.Sorted(maps.Keys(scheme)) {
+		if !documented[fam] {
+			t.Errorf("the naming scheme has %s, which the table in %s lacks", fam, RootDocFile)
+		}
+	}
+}
+
+func TestParseInstrumentTable(t *testing.T) {
+	const src = `// Package x.
+//
+// # Metrics
+//
+//	name          kind       unit   attributes               Prometheus name
+//	x.queue.wait  histogram  s      pipeline                 x_queue_wait_seconds
+//	x.queue.drop  counter    {p}    pipeline, reason: full   x_queue_drop_total
+//	                                closed expired
+//	x.is_leader   gauge      (none) identity                 x_is_leader
+//
+// After the table.
+//
+//	name  not a table  Prometheus name
+package x
+`
+	got, err := ParseInstrumentTable([]byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Instrument{
+		{"x.queue.wait", "histogram", "s", "x_queue_wait_seconds"},
+		{"x.queue.drop", "counter", "{p}", "x_queue_drop_total"},
+		{"x.is_leader", "gauge", "(none)", "x_is_leader"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("ParseInstrumentTable (-want +got):\n%s", diff)
+	}
+	for label, bad := range map[string]string{
+		"no table":    "// Package x.\npackage x\n",
+		"header only": "//\tname  kind  Prometheus name\npackage x\n",
+		"short row":   "//\tname  kind  Prometheus name\n//\tx.a counter\n",
+	} {
+		if _, err := ParseInstrumentTable([]byte(bad)); !errors.Is(err, ErrNoTable) {
+			t.Errorf("%s: err = %v, want ErrNoTable", label, err)
+		}
+	}
+}
+
+func TestPrometheusName(t *testing.T) {
+	for _, tc := range []struct{ name, kind, unit, want string }{
+		{"quietpatch.queue.enqueued", "counter", "{patch}", "quietpatch_queue_enqueued_total"},
+		{"quietpatch.queue.wait", "histogram", "s", "quietpatch_queue_wait_seconds"},
+		{"quietpatch.dispatch.latency.peak_ewma", "gauge", "s", "quietpatch_dispatch_latency_peak_ewma_seconds"},
+		{"quietpatch.leader.is_leader", "gauge", "(none)", "quietpatch_leader_is_leader"},
+	} {
+		if got := PrometheusName(tc.name, tc.kind, tc.unit); got != tc.want {
+			t.Errorf("PrometheusName(%s, %s, %s) = %s, want %s", tc.name, tc.kind, tc.unit, got, tc.want)
+		}
+	}
+}
