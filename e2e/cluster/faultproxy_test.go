@@ -361,3 +361,81 @@ func TestFaultProxyCloseEndsStalledRequests(t *testing.T) {
 		t.Error("request after Close succeeded")
 	}
 }
+
+func TestFaultProxyRecordRequests(t *testing.T) {
+	p, _, c := newProxyUnderTest(t)
+	ctx := testContext(t, time.Minute)
+	do := func(method, path string) (int, error) {
+		req, _ := http.NewRequestWithContext(ctx, method, p.URL()+path, nil)
+		resp, err := c.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		_, err = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode, err
+	}
+	get := func(path string) (int, error) { return do(http.MethodGet, path) }
+	before := time.Now()
+	stop := p.RecordRequests(func(r *http.Request) bool { return r.URL.Path == "/whoami" })
+
+	// Forwarded, then injected, then reset, then one not selected.
+	if code, err := get("/whoami"); err != nil || code != 200 {
+		t.Fatalf("forwarded: %d %v", code, err)
+	}
+	if err := p.SetFault(Fault{ErrorProbability: 1, ErrorCode: 429, RetryAfter: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := get("/whoami"); err != nil || code != 429 {
+		t.Fatalf("injected: %d %v", code, err)
+	}
+	if err := p.SetFault(Fault{ResetProbability: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// A POST, which the client does not retry on a fresh connection.
+	if _, err := do(http.MethodPost, "/whoami"); err == nil {
+		t.Fatal("reset: got an answer, want a reset (recording must not break Hijack)")
+	}
+	p.ClearFault()
+	if code, err := get("/write"); err != nil || code != 200 {
+		t.Fatalf("not selected: %d %v", code, err)
+	}
+	waitStats(t, p, "every request ended", func(s ProxyStats) bool { return s.InFlight == 0 })
+	events := stop()
+	after := time.Now()
+	if code, err := get("/whoami"); err != nil || code != 200 {
+		t.Fatalf("after stop: %d %v", code, err)
+	}
+	if extra := stop(); len(extra) != 0 {
+		t.Errorf("stop again: %d events, want none (nothing recorded after stop)", len(extra))
+	}
+
+	if len(events) != 3 {
+		t.Fatalf("recorded %d events, want 3: %+v", len(events), events)
+	}
+	for i, want := range []struct {
+		method             string
+		code               int
+		injected, answered bool
+		forwarded          bool
+	}{
+		{http.MethodGet, 200, false, true, true},
+		{http.MethodGet, 429, true, true, false},
+		{http.MethodPost, 0, false, false, false},
+	} {
+		ev := events[i]
+		if ev.Method != want.method || ev.Path != "/whoami" || ev.Code != want.code || ev.Injected != want.injected ||
+			ev.Answered.IsZero() == want.answered || ev.Forwarded.IsZero() == want.forwarded {
+			t.Errorf("event %d = %+v, want code %d injected %v answered %v forwarded %v", i, ev, want.code, want.injected, want.answered, want.forwarded)
+		}
+		if ev.Received.Before(before) || ev.Received.After(after) {
+			t.Errorf("event %d received at %v, outside the run [%v, %v]", i, ev.Received, before, after)
+		}
+		if want.answered && ev.Answered.Before(ev.Received) {
+			t.Errorf("event %d answered before it was received: %+v", i, ev)
+		}
+	}
+	if events[1].Received.Before(events[0].Answered) {
+		t.Errorf("events out of order: %+v", events)
+	}
+}
