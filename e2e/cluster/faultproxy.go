@@ -33,10 +33,18 @@ import (
 //     in which case the request goes on without its client (see Detach).
 //  3. With probability ResetProbability the client's connection is reset
 //     (TCP RST, no response).
-//  4. With probability ErrorProbability the proxy answers ErrorCode itself
-//     with a Kubernetes Status body, and a Retry-After header if RetryAfter
-//     is set. Note that client-go retries 429 and 5xx answers that carry
-//     Retry-After (up to 10 times), and does not retry those without it.
+//  4. With probability ErrorProbability the proxy answers ErrorCode itself,
+//     as the API server would: a 429 exactly as its Priority and Fairness
+//     (and max-in-flight) filter rejects a request — text/plain "Too many
+//     requests, please try again later." —, a 5xx with a Kubernetes Status
+//     body; with a Retry-After header if RetryAfter is set, which a Status
+//     body then also carries in details.retryAfterSeconds, as the API
+//     server's own errors do. client-go turns either into an error whose
+//     apierrors.SuggestsClientDelay is the Retry-After (from the header for
+//     a text answer, from the body's details for a Status). Note that
+//     client-go retries 429 and 5xx answers that carry Retry-After (up to
+//     10 times) unless the request says not to, and does not retry those
+//     without it.
 //  5. Otherwise the request is forwarded.
 //
 // A new fault applies to requests that arrive (or are stalled) after it is
@@ -553,14 +561,20 @@ func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if f.ErrorProbability > 0 && rand.Float64() < f.ErrorProbability {
 		p.injected.Add(1)
+		var secs int64
 		if f.RetryAfter > 0 {
-			secs := int64((f.RetryAfter + time.Second - 1) / time.Second)
+			secs = int64((f.RetryAfter + time.Second - 1) / time.Second)
 			w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
 		}
 		if ev != nil {
 			ev.Injected = true
 		}
-		writeStatus(w, f.ErrorCode, "injected by the quietpatch e2e fault proxy")
+		if f.ErrorCode == http.StatusTooManyRequests {
+			// What the API server's tooManyRequests writes.
+			http.Error(w, "Too many requests, please try again later.", http.StatusTooManyRequests)
+			return
+		}
+		writeStatus(w, f.ErrorCode, secs, "injected by the quietpatch e2e fault proxy")
 		return
 	}
 	p.forwarded.Add(1)
@@ -597,11 +611,12 @@ func (p *FaultProxy) upstreamError(w http.ResponseWriter, r *http.Request, err e
 	if r.Context().Err() != nil {
 		return // nobody is waiting for an answer
 	}
-	writeStatus(w, http.StatusBadGateway, "fault proxy: upstream: "+err.Error())
+	writeStatus(w, http.StatusBadGateway, 0, "fault proxy: upstream: "+err.Error())
 }
 
-// writeStatus answers with a Kubernetes Status object, as the API server would.
-func writeStatus(w http.ResponseWriter, code int, msg string) {
+// writeStatus answers with a Kubernetes Status object, as the API server
+// would; retryAfter > 0 goes into details.retryAfterSeconds.
+func writeStatus(w http.ResponseWriter, code int, retryAfter int64, msg string) {
 	reason := map[int]string{
 		http.StatusTooManyRequests:     "TooManyRequests",
 		http.StatusServiceUnavailable:  "ServiceUnavailable",
@@ -611,9 +626,13 @@ func writeStatus(w http.ResponseWriter, code int, msg string) {
 	if reason == "" {
 		reason = "InternalError"
 	}
+	details := ""
+	if retryAfter > 0 {
+		details = fmt.Sprintf(`,"details":{"retryAfterSeconds":%d}`, retryAfter)
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":%q,"reason":%q,"code":%d}`+"\n", msg, reason, code)
+	fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":%q,"reason":%q%s,"code":%d}`+"\n", msg, reason, details, code)
 }
 
 // resetConn closes c so that the peer sees a TCP reset rather than an

@@ -16,6 +16,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 )
 
 // fakeUpstream is a TLS server standing in for the API server: /whoami
@@ -127,15 +131,18 @@ func TestFaultProxyForwardsAndInjects(t *testing.T) {
 	})
 
 	for _, tc := range []struct {
-		label      string
-		fault      Fault
-		wantCode   int
-		wantRetry  string
-		wantReason string
+		label     string
+		fault     Fault
+		wantCode  int
+		wantRetry string
+		wantBody  string
 	}{
-		{"503 by default", Fault{ErrorProbability: 1}, 503, "", "ServiceUnavailable"},
-		{"429 with Retry-After rounded up", Fault{ErrorProbability: 1, ErrorCode: 429, RetryAfter: 1500 * time.Millisecond}, 429, "2", "TooManyRequests"},
-		{"500", Fault{ErrorProbability: 1, ErrorCode: 500}, 500, "", "InternalError"},
+		{"503 by default", Fault{ErrorProbability: 1}, 503, "", `"reason":"ServiceUnavailable","code":503}` + "\n"},
+		{"503 with Retry-After in the header and the details", Fault{ErrorProbability: 1, RetryAfter: time.Second}, 503, "1",
+			`"reason":"ServiceUnavailable","details":{"retryAfterSeconds":1},"code":503}` + "\n"},
+		{"429 as Priority and Fairness answers, Retry-After rounded up", Fault{ErrorProbability: 1, ErrorCode: 429, RetryAfter: 1500 * time.Millisecond}, 429, "2",
+			"Too many requests, please try again later.\n"},
+		{"500", Fault{ErrorProbability: 1, ErrorCode: 500}, 500, "", `"reason":"InternalError","code":500}` + "\n"},
 	} {
 		t.Run(tc.label, func(t *testing.T) {
 			defer p.ClearFault()
@@ -147,14 +154,36 @@ func TestFaultProxyForwardsAndInjects(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if resp.StatusCode != tc.wantCode || resp.Header.Get("Retry-After") != tc.wantRetry || !strings.Contains(body, `"reason":"`+tc.wantReason+`"`) {
-				t.Fatalf("got %d Retry-After %q body %s; want %d %q reason %s", resp.StatusCode, resp.Header.Get("Retry-After"), body, tc.wantCode, tc.wantRetry, tc.wantReason)
+			if resp.StatusCode != tc.wantCode || resp.Header.Get("Retry-After") != tc.wantRetry || !strings.HasSuffix(body, tc.wantBody) {
+				t.Fatalf("got %d Retry-After %q body %q; want %d %q body ending in %q", resp.StatusCode, resp.Header.Get("Retry-After"), body, tc.wantCode, tc.wantRetry, tc.wantBody)
 			}
 			if up.hits.Load() != hits {
 				t.Error("an injected error reached the upstream")
 			}
 			if got := p.Stats().Errors; got != errs+1 {
 				t.Errorf("Stats.Errors = %d, want %d", got, errs+1)
+			}
+		})
+	}
+
+	// What matters of an injected answer: client-go's error says how long
+	// to wait, whether the answer is text (429) or a Status (5xx).
+	for _, code := range []int{429, 503} {
+		t.Run(fmt.Sprintf("client-go sees the Retry-After of a %d", code), func(t *testing.T) {
+			defer p.ClearFault()
+			if err := p.SetFault(Fault{ErrorProbability: 1, ErrorCode: code, RetryAfter: 3 * time.Second}); err != nil {
+				t.Fatal(err)
+			}
+			rc, err := rest.UnversionedRESTClientFor(&rest.Config{
+				Host: p.URL(), TLSClientConfig: rest.TLSClientConfig{CAData: p.cp.pki.caPEM},
+				ContentConfig: rest.ContentConfig{NegotiatedSerializer: scheme.Codecs.WithoutConversion()},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = rc.Get().AbsPath("/whoami").MaxRetries(0).Do(ctx).Error()
+			if secs, ok := apierrors.SuggestsClientDelay(err); !ok || secs != 3 {
+				t.Errorf("SuggestsClientDelay(%v) = %d, %v; want 3, true", err, secs, ok)
 			}
 		})
 	}
