@@ -7,6 +7,7 @@ import (
 	"os"
 	"reflect"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -56,6 +57,14 @@ type config struct {
 	StallRecover   time.Duration // QP_PERF_STALL_RECOVER
 	SamplePeriod   time.Duration // QP_PERF_SAMPLE
 	PlotsDir       string        // QP_PLOTS_DIR
+
+	AdaptiveRoutes int             // QP_PERF_ADAPTIVE_ROUTES
+	RTTs           []time.Duration // QP_PERF_RTTS
+	StormRoutes    int             // QP_PERF_STORM_ROUTES
+	StormSample    time.Duration   // QP_PERF_STORM_SAMPLE
+	Competitors    int             // QP_PERF_COMPETITORS
+	CompetitorRate float64         // QP_PERF_COMPETITOR_RATE
+	AloneFor       time.Duration   // QP_PERF_ALONE
 }
 
 func loadConfig() (config, error) {
@@ -63,7 +72,10 @@ func loadConfig() (config, error) {
 		Routes: 10_000, ConvergeRoutes: 3_000, Workers: 16, K: 50, Intervals: 5, NaiveIntervals: 1,
 		Capacity: 1_000, Lease: 15 * time.Second,
 		StallPasses: 10, StallInterval: time.Second, StallRecover: 5 * time.Second, SamplePeriod: 500 * time.Millisecond,
-		PlotsDir: os.Getenv("QP_PLOTS_DIR"),
+		PlotsDir:       os.Getenv("QP_PLOTS_DIR"),
+		AdaptiveRoutes: 1_000, RTTs: []time.Duration{0, 10 * time.Millisecond, 50 * time.Millisecond},
+		StormRoutes: 10_000, StormSample: 100 * time.Millisecond,
+		Competitors: 2, CompetitorRate: 20, AloneFor: 10 * time.Second,
 	}
 	var errs []error
 	ints := []struct {
@@ -75,6 +87,8 @@ func loadConfig() (config, error) {
 		{"QP_PERF_WORKERS", &c.Workers, 1}, {"QP_PERF_K", &c.K, 1}, {"QP_PERF_INTERVALS", &c.Intervals, 1},
 		{"QP_PERF_NAIVE_INTERVALS", &c.NaiveIntervals, 1}, {"QP_PERF_CAPACITY", &c.Capacity, 1},
 		{"QP_PERF_STALL_PASSES", &c.StallPasses, 1},
+		{"QP_PERF_ADAPTIVE_ROUTES", &c.AdaptiveRoutes, 1}, {"QP_PERF_STORM_ROUTES", &c.StormRoutes, 1},
+		{"QP_PERF_COMPETITORS", &c.Competitors, 1},
 	}
 	for _, f := range ints {
 		s := os.Getenv(f.env)
@@ -95,6 +109,7 @@ func loadConfig() (config, error) {
 	}{
 		{"QP_PERF_LEASE", &c.Lease, 2 * time.Second}, {"QP_PERF_STALL_INTERVAL", &c.StallInterval, 10 * time.Millisecond},
 		{"QP_PERF_STALL_RECOVER", &c.StallRecover, 0}, {"QP_PERF_SAMPLE", &c.SamplePeriod, 10 * time.Millisecond},
+		{"QP_PERF_STORM_SAMPLE", &c.StormSample, 10 * time.Millisecond}, {"QP_PERF_ALONE", &c.AloneFor, time.Second},
 	}
 	for _, f := range durs {
 		s := os.Getenv(f.env)
@@ -108,11 +123,33 @@ func loadConfig() (config, error) {
 		}
 		*f.v = v
 	}
+	if s := os.Getenv("QP_PERF_RTTS"); s != "" {
+		c.RTTs = nil
+		for _, f := range strings.Split(s, ",") {
+			v, err := time.ParseDuration(strings.TrimSpace(f))
+			if err != nil || v < 0 {
+				errs = append(errs, fmt.Errorf("QP_PERF_RTTS must be a comma-separated list of durations >= 0, got %q", s))
+				break
+			}
+			c.RTTs = append(c.RTTs, v)
+		}
+	}
+	if s := os.Getenv("QP_PERF_COMPETITOR_RATE"); s != "" {
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil || v <= 0 || v > 1000 {
+			errs = append(errs, fmt.Errorf("QP_PERF_COMPETITOR_RATE must be a number of requests per second in (0, 1000], got %q", s))
+		} else {
+			c.CompetitorRate = v
+		}
+	}
 	if c.Lease%time.Second != 0 {
 		errs = append(errs, fmt.Errorf("QP_PERF_LEASE must be a whole number of seconds, got %v", c.Lease))
 	}
 	if c.ConvergeRoutes > c.Routes {
 		errs = append(errs, fmt.Errorf("QP_PERF_CONVERGE_ROUTES (%d) must not exceed QP_PERF_ROUTES (%d)", c.ConvergeRoutes, c.Routes))
+	}
+	if c.AdaptiveRoutes > c.Routes {
+		errs = append(errs, fmt.Errorf("QP_PERF_ADAPTIVE_ROUTES (%d) must not exceed QP_PERF_ROUTES (%d)", c.AdaptiveRoutes, c.Routes))
 	}
 	if c.K > c.Routes {
 		errs = append(errs, fmt.Errorf("QP_PERF_K (%d) must not exceed QP_PERF_ROUTES (%d)", c.K, c.Routes))
@@ -659,12 +696,17 @@ func send(ctx context.Context, client dynamic.Interface, p statuspatch.MergePatc
 // no queue, no reconciler and no dispatcher. It returns once every patch was
 // answered, and the error of the first that failed.
 func (w *world) floor(ctx context.Context, routes []*gatewayv1.HTTPRoute, workers int, rec *recorder) error {
+	return w.floorWith(ctx, w.dyn, routes, workers, rec)
+}
+
+// floorWith is floor with client.
+func (w *world) floorWith(ctx context.Context, client dynamic.Interface, routes []*gatewayv1.HTTPRoute, workers int, rec *recorder) error {
 	var firstErr error
 	var once sync.Once
 	_ = parallel(ctx, len(routes), workers, func(ctx context.Context, i int) error {
 		p, err := buildPatch(routes[i], w.desired(routes[i]))
 		if err == nil {
-			err = send(ctx, w.dyn, p)
+			err = send(ctx, client, p)
 		}
 		rec.record(err)
 		if err != nil {
