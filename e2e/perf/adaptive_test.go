@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -21,12 +22,74 @@ type dispatchMode struct {
 	workers int
 }
 
-// adaptiveModes are the modes BenchmarkAdaptive compares, in
-// the order it runs them: the adaptive limit between the fixed ones closest
-// to the server's knee, so that a drift of the machine's load affects it
-// and its best rival alike.
-var adaptiveModes = []dispatchMode{
+// defaultAdaptiveModes are the modes BenchmarkAdaptive compares
+// (QP_PERF_ADAPTIVE_MODES), in the order it runs them: the adaptive limit
+// between the fixed ones closest to the server's knee, so that a drift of
+// the machine's load affects it and its best rival alike.
+var defaultAdaptiveModes = []dispatchMode{
 	{"fixed-1", 1}, {"fixed-4", 4}, {"fixed-16", 16}, {"adaptive", 0}, {"fixed-64", 64},
+}
+
+// parseModes reads a comma-separated list of modes: "adaptive" or
+// "fixed-N" with N in [1, 1024].
+func parseModes(s string) ([]dispatchMode, error) {
+	var out []dispatchMode
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "adaptive" {
+			out = append(out, dispatchMode{f, 0})
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimPrefix(f, "fixed-"))
+		if !strings.HasPrefix(f, "fixed-") || err != nil || n < 1 || n > 1024 {
+			return nil, fmt.Errorf("mode %q is neither adaptive nor fixed-N with N in [1, 1024]", f)
+		}
+		out = append(out, dispatchMode{f, n})
+	}
+	return out, nil
+}
+
+// callTimer times the calls of a Patcher.
+type callTimer struct {
+	mu    sync.Mutex
+	d     []time.Duration
+	total time.Duration
+}
+
+func (c *callTimer) wrap(p statuspatch.Patcher[statuspatch.MergePatch]) statuspatch.Patcher[statuspatch.MergePatch] {
+	return statuspatch.PatcherFunc[statuspatch.MergePatch](func(ctx context.Context, mp statuspatch.MergePatch) error {
+		begin := time.Now()
+		err := p.Patch(ctx, mp)
+		d := time.Since(begin)
+		c.mu.Lock()
+		c.d = append(c.d, d)
+		c.total += d
+		c.mu.Unlock()
+		return err
+	})
+}
+
+func (c *callTimer) mean() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.d) == 0 {
+		return 0
+	}
+	return c.total / time.Duration(len(c.d))
+}
+
+func (c *callTimer) String() string {
+	c.mu.Lock()
+	s := slices.Clone(c.d)
+	c.mu.Unlock()
+	if len(s) == 0 {
+		return "none"
+	}
+	slices.Sort(s)
+	q := func(f float64) time.Duration {
+		return s[min(len(s)-1, int(f*float64(len(s))))].Round(10 * time.Microsecond)
+	}
+	return fmt.Sprintf("min %v, p50 %v, mean %v, p99 %v", s[0].Round(10*time.Microsecond), q(0.5), c.mean().Round(10*time.Microsecond), q(0.99))
 }
 
 // BenchmarkAdaptive compares the dispatcher's adaptive in-flight limit with
@@ -78,15 +141,16 @@ func BenchmarkAdaptive(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer proxy.ClearFault()
-			for _, m := range adaptiveModes {
+			for _, m := range w.cfg.AdaptiveModes {
 				b.Run(m.name, func(b *testing.B) {
 					if err := w.reset(ctx, keys); err != nil {
 						b.Fatal(err)
 					}
 					var lim limitSampler
+					var calls callTimer
 					start, last, patches, err := w.convergeStack(ctx, keys, stackConfig{
 						Name: "adaptive", Capacity: len(keys), Workers: m.workers, Leader: newStaticLeader("adaptive"),
-						Keys: keys, Patcher: patcher,
+						Keys: keys, Patcher: calls.wrap(patcher),
 					}, lim.watch)
 					if err != nil {
 						b.Fatal(err)
@@ -95,9 +159,10 @@ func BenchmarkAdaptive(b *testing.B) {
 						b.Fatal(err)
 					}
 					took := last.Sub(start)
-					b.Logf("rtt %v, %s: %d routes, %d patches answered, last one %v after the start; limit %s",
-						rtt, m.name, len(keys), patches, took.Round(time.Millisecond), lim.summary())
+					b.Logf("rtt %v, %s: %d routes, %d patches answered, last one %v after the start; calls %v; limit %s",
+						rtt, m.name, len(keys), patches, took.Round(time.Millisecond), &calls, lim.summary())
 					b.ReportMetric(float64(len(keys))/took.Seconds(), "routes/s")
+					b.ReportMetric(calls.mean().Seconds()*1e3, "call-ms")
 					if m.workers == 0 {
 						b.ReportMetric(lim.median(), "limit-median")
 						b.ReportMetric(lim.final(), "limit-final")

@@ -59,6 +59,7 @@ type config struct {
 	PlotsDir       string        // QP_PLOTS_DIR
 
 	AdaptiveRoutes int             // QP_PERF_ADAPTIVE_ROUTES
+	AdaptiveModes  []dispatchMode  // QP_PERF_ADAPTIVE_MODES
 	RTTs           []time.Duration // QP_PERF_RTTS
 	StormRoutes    int             // QP_PERF_STORM_ROUTES
 	StormSample    time.Duration   // QP_PERF_STORM_SAMPLE
@@ -73,7 +74,7 @@ func loadConfig() (config, error) {
 		Capacity: 1_000, Lease: 15 * time.Second,
 		StallPasses: 10, StallInterval: time.Second, StallRecover: 5 * time.Second, SamplePeriod: 500 * time.Millisecond,
 		PlotsDir:       os.Getenv("QP_PLOTS_DIR"),
-		AdaptiveRoutes: 1_000, RTTs: []time.Duration{0, 10 * time.Millisecond, 50 * time.Millisecond},
+		AdaptiveRoutes: 1_000, AdaptiveModes: defaultAdaptiveModes, RTTs: []time.Duration{0, 10 * time.Millisecond, 50 * time.Millisecond},
 		StormRoutes: 10_000, StormSample: 100 * time.Millisecond,
 		Competitors: 2, CompetitorRate: 20, AloneFor: 10 * time.Second,
 	}
@@ -132,6 +133,14 @@ func loadConfig() (config, error) {
 				break
 			}
 			c.RTTs = append(c.RTTs, v)
+		}
+	}
+	if s := os.Getenv("QP_PERF_ADAPTIVE_MODES"); s != "" {
+		modes, err := parseModes(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("QP_PERF_ADAPTIVE_MODES: %w", err))
+		} else {
+			c.AdaptiveModes = modes
 		}
 	}
 	if s := os.Getenv("QP_PERF_COMPETITOR_RATE"); s != "" {
