@@ -354,8 +354,8 @@ func (s *stormSource) removeHandlers() {
 
 // controllerRun says how runController runs a storm.
 type controllerRun struct {
-	workers int                  // Config.Workers: 0 adaptive
-	sample  time.Duration        // sampling period of the controller's state; 0: none
+	workers int                   // Config.Workers: 0 adaptive
+	sample  time.Duration         // sampling period of the controller's state; 0: none
 	during  func(context.Context) // runs from the flip until the storm converged, if set
 }
 
