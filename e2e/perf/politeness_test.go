@@ -167,6 +167,9 @@ func (c *competitor) measure(ctx context.Context, d time.Duration) *latencies {
 //     route has its new status;
 //   - fixed-64: the same storm, with Config.Workers 64.
 //
+// (QP_PERF_POLITENESS_MODES changes the storms' modes: adaptive or
+// fixed-N, as in BenchmarkAdaptive.)
+//
 // The controller's status client is a ServiceAccount too (no admin rights,
 // subject to API Priority and Fairness like the competitor). Reported:
 // p99-ms, p50-ms and max-ms of the competitor's requests, requests; for
@@ -191,7 +194,7 @@ func BenchmarkPoliteness(b *testing.B) {
 		b.ReportMetric(float64(len(lat.d)), "requests")
 	}
 	alone := comp.measure(ctx, w.cfg.AloneFor/2)
-	for _, m := range []dispatchMode{{"adaptive", 0}, {"fixed-64", 64}} {
+	for _, m := range w.cfg.PolitenessModes {
 		b.Run(m.name, func(b *testing.B) {
 			var lat latencies
 			res, err := s.runController(ctx, b, controllerRun{workers: m.workers, during: func(ctx context.Context) { comp.run(ctx, &lat) }})

@@ -58,14 +58,15 @@ type config struct {
 	SamplePeriod   time.Duration // QP_PERF_SAMPLE
 	PlotsDir       string        // QP_PLOTS_DIR
 
-	AdaptiveRoutes int             // QP_PERF_ADAPTIVE_ROUTES
-	AdaptiveModes  []dispatchMode  // QP_PERF_ADAPTIVE_MODES
-	RTTs           []time.Duration // QP_PERF_RTTS
-	StormRoutes    int             // QP_PERF_STORM_ROUTES
-	StormSample    time.Duration   // QP_PERF_STORM_SAMPLE
-	Competitors    int             // QP_PERF_COMPETITORS
-	CompetitorRate float64         // QP_PERF_COMPETITOR_RATE
-	AloneFor       time.Duration   // QP_PERF_ALONE
+	AdaptiveRoutes  int             // QP_PERF_ADAPTIVE_ROUTES
+	AdaptiveModes   []dispatchMode  // QP_PERF_ADAPTIVE_MODES
+	RTTs            []time.Duration // QP_PERF_RTTS
+	StormRoutes     int             // QP_PERF_STORM_ROUTES
+	StormSample     time.Duration   // QP_PERF_STORM_SAMPLE
+	Competitors     int             // QP_PERF_COMPETITORS
+	CompetitorRate  float64         // QP_PERF_COMPETITOR_RATE
+	AloneFor        time.Duration   // QP_PERF_ALONE
+	PolitenessModes []dispatchMode  // QP_PERF_POLITENESS_MODES
 }
 
 func loadConfig() (config, error) {
@@ -77,6 +78,7 @@ func loadConfig() (config, error) {
 		AdaptiveRoutes: 1_000, AdaptiveModes: defaultAdaptiveModes, RTTs: []time.Duration{0, 10 * time.Millisecond, 50 * time.Millisecond},
 		StormRoutes: 10_000, StormSample: 100 * time.Millisecond,
 		Competitors: 2, CompetitorRate: 20, AloneFor: 10 * time.Second,
+		PolitenessModes: []dispatchMode{{"adaptive", 0}, {"fixed-64", 64}},
 	}
 	var errs []error
 	ints := []struct {
@@ -141,6 +143,14 @@ func loadConfig() (config, error) {
 			errs = append(errs, fmt.Errorf("QP_PERF_ADAPTIVE_MODES: %w", err))
 		} else {
 			c.AdaptiveModes = modes
+		}
+	}
+	if s := os.Getenv("QP_PERF_POLITENESS_MODES"); s != "" {
+		modes, err := parseModes(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("QP_PERF_POLITENESS_MODES: %w", err))
+		} else {
+			c.PolitenessModes = modes
 		}
 	}
 	if s := os.Getenv("QP_PERF_COMPETITOR_RATE"); s != "" {
