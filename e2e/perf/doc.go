@@ -72,7 +72,7 @@
 //	QP_PERF_STORM_SAMPLE      100ms    sampling period of the storm plot
 //	QP_PERF_COMPETITORS       2        goroutines of BenchmarkPoliteness's competing client
 //	QP_PERF_COMPETITOR_RATE   20       its requests per second, all goroutines together
-//	QP_PERF_ALONE             10s      how long it is measured alone
+//	QP_PERF_ALONE             45s      how long it is measured alone (slices before, between and after the storms)
 //	QP_PERF_POLITENESS_MODES  adaptive,fixed-64  the storms it is measured during
 //	QP_PLOTS_DIR              (unset)  where BenchmarkStalledMemory and BenchmarkStorm write their CSV and plots; default $TMPDIR/quietpatch-perf
 //

@@ -77,7 +77,7 @@ func loadConfig() (config, error) {
 		PlotsDir:       os.Getenv("QP_PLOTS_DIR"),
 		AdaptiveRoutes: 1_000, AdaptiveModes: defaultAdaptiveModes, RTTs: []time.Duration{0, 10 * time.Millisecond, 50 * time.Millisecond},
 		StormRoutes: 10_000, StormSample: 100 * time.Millisecond,
-		Competitors: 2, CompetitorRate: 20, AloneFor: 10 * time.Second,
+		Competitors: 2, CompetitorRate: 20, AloneFor: 45 * time.Second,
 		PolitenessModes: []dispatchMode{{"adaptive", 0}, {"fixed-64", 64}},
 	}
 	var errs []error
