@@ -174,7 +174,22 @@ func stormPanel(samples []StormSample, title, ylabel string, lines ...stormLine)
 		}
 	}
 	p.Y.Max = max(top*1.35, 1) // room for the legend
+	p.Y.Tick.Marker = plainTicks{}
 	return p, nil
+}
+
+// plainTicks are gonum's default ticks labelled without trailing zeros
+// ("2500", not "2500.00").
+type plainTicks struct{}
+
+func (plainTicks) Ticks(lo, hi float64) []plot.Tick {
+	ticks := plot.DefaultTicks{}.Ticks(lo, hi)
+	for i := range ticks {
+		if ticks[i].Label != "" {
+			ticks[i].Label = strconv.FormatFloat(ticks[i].Value, 'f', -1, 64)
+		}
+	}
+	return ticks
 }
 
 // PlotStorm draws samples in three panels sharing the time axis — the
