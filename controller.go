@@ -91,7 +91,9 @@ type Config struct {
 	// between DefaultMinCapacity and MaxCapacity, starting from
 	// statuspatch.SuggestCapacity(Interval, DefaultPatchLatency, 0, 1) =
 	// 1,440. Then a backlog drains within an interval, passes halt only
-	// on real excess, and a patch does not wait until it expires.
+	// on real excess, and a patch does not wait until it expires. A pass
+	// that halts resumes as soon as half of the queue is free again, so
+	// a capacity below what the API absorbs costs passes, not throughput.
 	Capacity int
 	// MaxCapacity bounds the automatic capacity. Default
 	// [DefaultMaxCapacity]. Memory grows with use up to the capacity, each

@@ -49,8 +49,9 @@
 // demand. An unchanged object costs Current, Desired and Equal and no
 // allocation by the library. A pass stops at the first changed object that
 // needs a slot and finds none (halted), refreshes the patches still waiting
-// from earlier passes, and the next pass resumes after it, so no object
-// starves.
+// from earlier passes, and the next pass resumes after it — as soon as half
+// of the queue is free again — so no object starves and a backlog larger
+// than the queue keeps the dispatcher busy.
 //
 // # Dispatcher
 //

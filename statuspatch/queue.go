@@ -267,6 +267,11 @@ type PatchQueue[T any] struct {
 	permits    []queuePermitSlot
 	freePermit int32
 
+	// room, when not nil, is closed once roomN slots are free or the
+	// queue is closed (roomSignal).
+	room  chan struct{}
+	roomN int
+
 	stats QueueStats
 }
 
@@ -942,6 +947,7 @@ func (q *PatchQueue[T]) wakeRecvLocked() {
 }
 
 func (q *PatchQueue[T]) wakeSendLocked() {
+	q.signalRoomLocked()
 	if q.sendWait > 0 {
 		select {
 		case q.notFull <- struct{}{}:
@@ -1066,8 +1072,34 @@ func (q *PatchQueue[T]) Close() {
 	if q.count == 0 {
 		q.wakeRecvLocked()
 	}
+	q.signalRoomLocked()
 	q.mu.Unlock()
 	q.m.unregister()
+}
+
+// roomSignal returns a channel that is closed once at least n slots are
+// free — at once if they are now — or the queue is closed. The queue keeps
+// one such signal: a new call closes the previous one's channel. The
+// reconciler waits on it to resume a pass halted on a full queue. Every
+// change that may free a slot wakes a blocked producer (wakeSendLocked),
+// which checks the signal too.
+func (q *PatchQueue[T]) roomSignal(n int) <-chan struct{} {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.room != nil {
+		close(q.room)
+	}
+	ch := make(chan struct{})
+	q.room, q.roomN = ch, n
+	q.signalRoomLocked()
+	return ch
+}
+
+func (q *PatchQueue[T]) signalRoomLocked() {
+	if q.room != nil && (q.closed || q.capacity-q.count-q.reserved >= q.roomN) {
+		close(q.room)
+		q.room = nil
+	}
 }
 
 // Len returns the number of items waiting, not counting items in flight

@@ -118,7 +118,8 @@ type PassResult struct {
 	// identical patch (same epoch, equal desired status) already waited.
 	Unchanged, Changed, Queued, Errors int
 	// Halted reports that the pass stopped because the queue was at
-	// capacity. The next pass resumes after the last object handled.
+	// capacity. The next pass resumes after the last object handled; Run
+	// makes it as soon as half of the queue is free again.
 	Halted bool
 	// Resumed reports that this pass started after the cursor left by an
 	// earlier pass that did not complete.
@@ -147,8 +148,9 @@ type ReconcilerStats struct {
 //
 // Passes. Run makes a full pass every Interval, at once whenever leadership
 // of a new epoch is gained (whether the claim's notification or a tick comes
-// first), and whenever Enqueue'd keys overflowed MaxPendingKeys.
-// ReconcileAll makes one pass synchronously.
+// first), whenever Enqueue'd keys overflowed MaxPendingKeys, and, after a
+// pass or a batch of Enqueue'd keys halted on a full queue, as soon as half
+// of the queue is free again. ReconcileAll makes one pass synchronously.
 //
 // Latest wins, also at capacity. A changed object whose patch already waits
 // in the queue replaces it ([PatchQueue.ReserveKey]): no free slot is
@@ -168,7 +170,10 @@ type ReconcilerStats struct {
 // after the cursor, wrapping around, so that over successive halted passes
 // every object gets its turn: none starves. A pass that visits every
 // object clears the cursor. Passes interrupted by lost leadership or
-// cancellation leave a cursor too.
+// cancellation leave a cursor too. Run resumes a halted pass once the
+// dispatcher has taken half of the queue, not at the next tick: a backlog
+// larger than the queue (a storm that changes every object) then keeps the
+// dispatcher busy, whatever the capacity, while the queue stays bounded.
 //
 // Halts are logged once a minute at most: at info while they are a backlog
 // being drained (a start-up or a storm larger than the queue), as a warning
@@ -723,31 +728,31 @@ func (r *Reconciler[O, S, P]) takePending() (map[types.NamespacedName]struct{}, 
 }
 
 // reconcilePending reconciles the keys enqueued since the last call. When the
-// queue is full it stops and forgets the remaining keys: the next full pass
-// covers them.
-func (r *Reconciler[O, S, P]) reconcilePending(ctx context.Context, keys map[types.NamespacedName]struct{}) error {
+// queue is full it stops, forgets the remaining keys (the next full pass
+// covers them) and reports halted.
+func (r *Reconciler[O, S, P]) reconcilePending(ctx context.Context, keys map[types.NamespacedName]struct{}) (halted bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	claim, ok := r.leaderClaim()
 	if !ok {
-		return nil
+		return false, nil
 	}
 	for key := range keys {
 		if ctx.Err() != nil {
-			return nil
+			return false, nil
 		}
 		_, err := r.reconcileKey(ctx, key, claim.Epoch)
 		switch {
 		case err == nil:
 		case errors.Is(err, ErrClosed):
-			return err
+			return false, err
 		case errors.Is(err, ErrFull):
 			r.counts.halted.Add(1)
 			if r.log.Enabled(ctx, slog.LevelDebug) {
-				r.log.LogAttrs(ctx, slog.LevelDebug, "statuspatch: on-demand reconcile halted: the patch queue is at capacity; the next pass covers the remaining keys",
+				r.log.LogAttrs(ctx, slog.LevelDebug, "statuspatch: on-demand reconcile halted: the patch queue is at capacity; a full pass covers the remaining keys once half the queue is free",
 					slog.Int("capacity", r.queue.Cap()), slog.Int("pending", len(keys)))
 			}
-			return nil
+			return true, nil
 		default:
 			if r.log.Enabled(ctx, slog.LevelDebug) {
 				r.log.LogAttrs(ctx, slog.LevelDebug, "statuspatch: object not reconciled",
@@ -755,7 +760,7 @@ func (r *Reconciler[O, S, P]) reconcilePending(ctx context.Context, keys map[typ
 			}
 		}
 	}
-	return nil
+	return false, nil
 }
 
 // Run reconciles while we are the leader until ctx is cancelled, and returns
@@ -763,10 +768,12 @@ func (r *Reconciler[O, S, P]) reconcilePending(ctx context.Context, keys map[typ
 // and [ErrAlreadyStarted] if called twice. It makes a full pass at every
 // tick of an Interval ticker, one at once whenever leadership of a new epoch
 // is gained — observed through Leader.Subscribe or at a tick, whichever
-// comes first — and reconciles Enqueue'd keys as they come. A tick that
-// comes less than Interval/2 after the start of the last full pass (for
-// example just after the pass made on gaining leadership) is skipped.
-// While we are not the leader Run only waits.
+// comes first — and reconciles Enqueue'd keys as they come. After a pass (or
+// Enqueue'd keys) halted on a full queue, it makes a full pass as soon as
+// half of the queue is free again. A tick that comes less than Interval/2
+// after the start of the last full pass (for example just after the pass
+// made on gaining leadership) is skipped. While we are not the leader Run
+// only waits.
 func (r *Reconciler[O, S, P]) Run(ctx context.Context) error {
 	if !r.started.CompareAndSwap(false, true) {
 		return ErrAlreadyStarted
@@ -792,13 +799,23 @@ func (r *Reconciler[O, S, P]) loop(ctx context.Context, changes <-chan leader.Cl
 		leading   bool
 		epoch     int64
 		lastStart time.Time // start of the last full pass
+		// room is closed once half the queue is free again after a
+		// pass (or on-demand keys) halted on a full queue: the pass
+		// resumes then rather than at the next tick, so that a backlog
+		// larger than the queue keeps the dispatcher busy.
+		room <-chan struct{}
 	)
+	halted := func() { room = r.queue.roomSignal(max(r.queue.Cap()/2, 1)) }
 	// full makes a pass; only a closed queue ends Run.
 	full := func() error {
 		lastStart = r.clock.Now()
+		room = nil
 		_, err := r.ReconcileAll(ctx)
-		if errors.Is(err, ErrClosed) {
+		switch {
+		case errors.Is(err, ErrClosed):
 			return err
+		case errors.Is(err, ErrFull):
+			halted()
 		}
 		return nil
 	}
@@ -836,6 +853,14 @@ func (r *Reconciler[O, S, P]) loop(ctx context.Context, changes <-chan leader.Cl
 			if err := handle(r.leader.Current(), true); err != nil {
 				return err
 			}
+		case <-room:
+			room = nil
+			if _, ok := r.leaderClaim(); !ok {
+				continue // the pass on gaining leadership resumes
+			}
+			if err := full(); err != nil {
+				return err
+			}
 		case <-r.kick:
 			keys, wantFull := r.takePending()
 			if _, ok := r.leaderClaim(); !ok {
@@ -847,8 +872,12 @@ func (r *Reconciler[O, S, P]) loop(ctx context.Context, changes <-chan leader.Cl
 				}
 				continue
 			}
-			if err := r.reconcilePending(ctx, keys); err != nil {
+			stopped, err := r.reconcilePending(ctx, keys)
+			if err != nil {
 				return err
+			}
+			if stopped && room == nil {
+				halted()
 			}
 		}
 	}

@@ -842,3 +842,91 @@ func TestRunPassOnRegainingLeadershipNotificationBeforeTick(t *testing.T) {
 		t.Errorf("%d passes, want 2", n)
 	}
 }
+
+// receiveN takes n patches off the queue (as a dispatcher would) and
+// returns their keys.
+func (r *rig) receiveN(t *testing.T, n int) []string {
+	t.Helper()
+	var out []string
+	for range n {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		it, err := r.queue.Receive(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("receive: %v", err)
+		}
+		out = append(out, it.Value.Key)
+		r.queue.Done(it)
+	}
+	return out
+}
+
+// A pass halted on a full queue resumes, after its cursor, as soon as half
+// of the queue is free again — not at the next tick: a backlog larger than
+// the queue keeps the dispatcher busy. The clock never moves here.
+func TestRunResumesHaltedPassWhenHalfTheQueueIsFree(t *testing.T) {
+	r := newRig(t, 4, changedObjs(names(10)...))
+	r.lead(1)
+	r.startRun(t)
+	waitFor(t, "the first pass to fill the queue", func() bool { return r.queue.Len() == 4 })
+	if n := r.src.lists.Load(); n != 1 {
+		t.Fatalf("%d passes, want 1", n)
+	}
+	var got []string
+	for len(got) < 10 {
+		lists := r.src.lists.Load()
+		// One patch leaves: 1 of 4 free, less than half: no pass. Then
+		// a second: half the queue is free, the pass resumes.
+		got = append(got, r.receiveN(t, 1)...)
+		if len(got) == 10 {
+			break
+		}
+		got = append(got, r.receiveN(t, 1)...)
+		if len(got) >= 10 {
+			break
+		}
+		waitFor(t, "the halted pass to resume", func() bool {
+			return r.src.lists.Load() == lists+1 && r.queue.Len() == 4
+		})
+	}
+	var want []string
+	for _, n := range names(10) {
+		want = append(want, "ns/"+n)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("patches applied in the order %v, want %v (each once, resuming after the cursor)", got, want)
+	}
+	if h := r.rec.Stats().Halted; h < 3 {
+		t.Errorf("Stats().Halted = %d, want the halted passes counted (at least 3)", h)
+	}
+}
+
+// On-demand keys that find the queue full are forgotten, and a full pass
+// covers them as soon as half the queue is free.
+func TestRunResumesHaltedOnDemandKeysWithAFullPass(t *testing.T) {
+	objs := changedObjs(names(5)...)
+	for _, o := range objs {
+		o.Conds = []metav1.Condition{readyCond(1)}
+	}
+	r := newRig(t, 2, objs, func(c *tReconcilerConfig) { c.MaxPendingKeys = 100 })
+	r.lead(1)
+	r.startRun(t)
+	waitFor(t, "the first pass", func() bool { return r.src.lists.Load() == 1 })
+	for _, o := range objs {
+		r.src.set(&tObj{Key: o.Key, RV: "2", Gen: 2, Conds: []metav1.Condition{readyCond(1)}})
+		r.rec.Enqueue(o.Key)
+	}
+	waitFor(t, "the enqueued keys to fill the queue", func() bool { return r.queue.Len() == 2 })
+	seen := map[string]bool{}
+	for len(seen) < 5 {
+		for _, k := range r.receiveN(t, 1) {
+			seen[k] = true
+		}
+		if len(seen) < 5 {
+			waitFor(t, "more patches", func() bool { return r.queue.Len() > 0 })
+		}
+	}
+	if n := r.src.lists.Load(); n < 2 {
+		t.Errorf("%d passes, want a full pass after the on-demand keys halted", n)
+	}
+}

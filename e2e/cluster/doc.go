@@ -60,7 +60,9 @@
 // (with Retry-After) answers with a probability, and connection resets.
 // With Fault.Detach, a delayed request is forwarded after its latency even
 // if its client gave up meanwhile — a write already on its way, which a
-// client's cancel does not undo.
+// client's cancel does not undo. RecordRequests notes when each request
+// arrived, was forwarded and was answered, and with what status, so a test
+// can check what a client sent when (no call inside a Retry-After window).
 // Bearer tokens pass through it, so FaultProxy.ConfigFor keeps the identity.
 // StopAPIServer/StartAPIServer, StopEtcd/StartEtcd and RestartAPIServer/
 // RestartEtcd take a component down and bring it back on the same port with

@@ -33,10 +33,18 @@ import (
 //     in which case the request goes on without its client (see Detach).
 //  3. With probability ResetProbability the client's connection is reset
 //     (TCP RST, no response).
-//  4. With probability ErrorProbability the proxy answers ErrorCode itself
-//     with a Kubernetes Status body, and a Retry-After header if RetryAfter
-//     is set. Note that client-go retries 429 and 5xx answers that carry
-//     Retry-After (up to 10 times), and does not retry those without it.
+//  4. With probability ErrorProbability the proxy answers ErrorCode itself,
+//     as the API server would: a 429 exactly as its Priority and Fairness
+//     (and max-in-flight) filter rejects a request — text/plain "Too many
+//     requests, please try again later." —, a 5xx with a Kubernetes Status
+//     body; with a Retry-After header if RetryAfter is set, which a Status
+//     body then also carries in details.retryAfterSeconds, as the API
+//     server's own errors do. client-go turns either into an error whose
+//     apierrors.SuggestsClientDelay is the Retry-After (from the header for
+//     a text answer, from the body's details for a Status). Note that
+//     client-go retries 429 and 5xx answers that carry Retry-After (up to
+//     10 times) unless the request says not to, and does not retry those
+//     without it.
 //  5. Otherwise the request is forwarded.
 //
 // A new fault applies to requests that arrive (or are stalled) after it is
@@ -136,6 +144,8 @@ type FaultProxy struct {
 	handlers sync.WaitGroup // Add only under mu while !closed
 
 	serveDone chan struct{}
+
+	rec atomic.Pointer[recording] // nil unless RecordRequests is recording
 
 	requests, forwarded, upstreamErrors, delayed, stalled, injected, resets, inFlight, detached, delaying atomic.Int64
 }
@@ -277,6 +287,98 @@ func (p *FaultProxy) Stats() ProxyStats {
 	}
 }
 
+// ProxyEvent is one request a FaultProxy handled while it was recording
+// (RecordRequests). Times are the proxy's wall clock (time.Now, with its
+// monotonic reading), taken in the proxy's handler: Received as it starts
+// handling the request, once the request line and headers were read;
+// Answered once the answer's last byte was handed to the connection, before
+// the handler returns. A client on loopback sent the request a little before
+// Received and reads the answer a little after Answered: tens of
+// microseconds on an idle machine, milliseconds when the CPU is contended.
+type ProxyEvent struct {
+	// Method and Path of the request (Path without the query).
+	Method, Path string
+	// Received is when the proxy began handling the request.
+	Received time.Time
+	// Forwarded is when the request was sent upstream, after any Stall or
+	// Latency; zero if it was not (an injected answer, a reset, a client
+	// that gave up).
+	Forwarded time.Time
+	// Answered is when the proxy finished answering; zero if it did not
+	// answer (a reset, a client that gave up, the proxy closing).
+	Answered time.Time
+	// Code is the status code of the answer, 0 if none.
+	Code int
+	// Injected reports an answer the proxy made itself (Fault's
+	// ErrorProbability), which never reached the API server.
+	Injected bool
+}
+
+// recording is what RecordRequests collects.
+type recording struct {
+	match  func(*http.Request) bool
+	mu     sync.Mutex
+	events []ProxyEvent
+}
+
+// RecordRequests starts recording every request that match selects (nil:
+// all), whatever fault is in force, and returns the function that stops the
+// recording and returns the events in the order the requests ended. A
+// second RecordRequests replaces the first, whose stop function then returns
+// what it collected until then. Events are kept in memory until stop:
+// record a bounded run.
+func (p *FaultProxy) RecordRequests(match func(*http.Request) bool) (stop func() []ProxyEvent) {
+	r := &recording{match: match}
+	p.rec.Store(r)
+	return func() []ProxyEvent {
+		p.rec.CompareAndSwap(r, nil)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		out := r.events
+		r.events = nil
+		return out
+	}
+}
+
+// recordStart returns the event of a request being recorded, or nil.
+func (p *FaultProxy) recordStart(r *http.Request) (*recording, *ProxyEvent) {
+	rec := p.rec.Load()
+	if rec == nil || (rec.match != nil && !rec.match(r)) {
+		return nil, nil
+	}
+	return rec, &ProxyEvent{Method: r.Method, Path: r.URL.Path, Received: time.Now()}
+}
+
+func (rec *recording) add(ev *ProxyEvent) {
+	rec.mu.Lock()
+	rec.events = append(rec.events, *ev)
+	rec.mu.Unlock()
+}
+
+// codeWriter remembers the status code written through it.
+type codeWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *codeWriter) WriteHeader(code int) {
+	if w.code == 0 && code >= 200 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *codeWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController (which the reverse proxy flushes
+// through) reach the connection's writer.
+func (w *codeWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
 // ResetConnections resets (TCP RST) every client connection open now,
 // including those carrying watches, and returns how many it reset.
 func (p *FaultProxy) ResetConnections() int {
@@ -376,6 +478,19 @@ func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// when the client goes away or the proxy closes.
 	ctx := r.Context()
 
+	rec, ev := p.recordStart(r)
+	if ev != nil {
+		cw := &codeWriter{ResponseWriter: w}
+		w = cw
+		defer func() {
+			// Also on the panics that abort a request: no answer then.
+			if cw.code != 0 {
+				ev.Code, ev.Answered = cw.code, time.Now()
+			}
+			rec.add(ev)
+		}()
+	}
+
 	var f Fault
 	buffered, held := false, false
 	hold := func() { // counts the request in Delaying once, until it ends
@@ -436,11 +551,8 @@ func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if f.ResetProbability > 0 && rand.Float64() < f.ResetProbability {
 		p.resets.Add(1)
-		hj, ok := w.(http.Hijacker)
-		if !ok {
-			panic(http.ErrAbortHandler)
-		}
-		conn, _, err := hj.Hijack()
+		// Through the ResponseController: w may be RecordRequests' wrapper.
+		conn, _, err := http.NewResponseController(w).Hijack()
 		if err != nil {
 			panic(http.ErrAbortHandler)
 		}
@@ -449,14 +561,26 @@ func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if f.ErrorProbability > 0 && rand.Float64() < f.ErrorProbability {
 		p.injected.Add(1)
+		var secs int64
 		if f.RetryAfter > 0 {
-			secs := int64((f.RetryAfter + time.Second - 1) / time.Second)
+			secs = int64((f.RetryAfter + time.Second - 1) / time.Second)
 			w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
 		}
-		writeStatus(w, f.ErrorCode, "injected by the quietpatch e2e fault proxy")
+		if ev != nil {
+			ev.Injected = true
+		}
+		if f.ErrorCode == http.StatusTooManyRequests {
+			// What the API server's tooManyRequests writes.
+			http.Error(w, "Too many requests, please try again later.", http.StatusTooManyRequests)
+			return
+		}
+		writeStatus(w, f.ErrorCode, secs, "injected by the quietpatch e2e fault proxy")
 		return
 	}
 	p.forwarded.Add(1)
+	if ev != nil {
+		ev.Forwarded = time.Now()
+	}
 	p.rp.ServeHTTP(w, r)
 }
 
@@ -487,11 +611,12 @@ func (p *FaultProxy) upstreamError(w http.ResponseWriter, r *http.Request, err e
 	if r.Context().Err() != nil {
 		return // nobody is waiting for an answer
 	}
-	writeStatus(w, http.StatusBadGateway, "fault proxy: upstream: "+err.Error())
+	writeStatus(w, http.StatusBadGateway, 0, "fault proxy: upstream: "+err.Error())
 }
 
-// writeStatus answers with a Kubernetes Status object, as the API server would.
-func writeStatus(w http.ResponseWriter, code int, msg string) {
+// writeStatus answers with a Kubernetes Status object, as the API server
+// would; retryAfter > 0 goes into details.retryAfterSeconds.
+func writeStatus(w http.ResponseWriter, code int, retryAfter int64, msg string) {
 	reason := map[int]string{
 		http.StatusTooManyRequests:     "TooManyRequests",
 		http.StatusServiceUnavailable:  "ServiceUnavailable",
@@ -501,9 +626,13 @@ func writeStatus(w http.ResponseWriter, code int, msg string) {
 	if reason == "" {
 		reason = "InternalError"
 	}
+	details := ""
+	if retryAfter > 0 {
+		details = fmt.Sprintf(`,"details":{"retryAfterSeconds":%d}`, retryAfter)
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":%q,"reason":%q,"code":%d}`+"\n", msg, reason, code)
+	fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":%q,"reason":%q%s,"code":%d}`+"\n", msg, reason, details, code)
 }
 
 // resetConn closes c so that the peer sees a TCP reset rather than an

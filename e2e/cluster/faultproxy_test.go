@@ -16,6 +16,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 )
 
 // fakeUpstream is a TLS server standing in for the API server: /whoami
@@ -127,15 +131,18 @@ func TestFaultProxyForwardsAndInjects(t *testing.T) {
 	})
 
 	for _, tc := range []struct {
-		label      string
-		fault      Fault
-		wantCode   int
-		wantRetry  string
-		wantReason string
+		label     string
+		fault     Fault
+		wantCode  int
+		wantRetry string
+		wantBody  string
 	}{
-		{"503 by default", Fault{ErrorProbability: 1}, 503, "", "ServiceUnavailable"},
-		{"429 with Retry-After rounded up", Fault{ErrorProbability: 1, ErrorCode: 429, RetryAfter: 1500 * time.Millisecond}, 429, "2", "TooManyRequests"},
-		{"500", Fault{ErrorProbability: 1, ErrorCode: 500}, 500, "", "InternalError"},
+		{"503 by default", Fault{ErrorProbability: 1}, 503, "", `"reason":"ServiceUnavailable","code":503}` + "\n"},
+		{"503 with Retry-After in the header and the details", Fault{ErrorProbability: 1, RetryAfter: time.Second}, 503, "1",
+			`"reason":"ServiceUnavailable","details":{"retryAfterSeconds":1},"code":503}` + "\n"},
+		{"429 as Priority and Fairness answers, Retry-After rounded up", Fault{ErrorProbability: 1, ErrorCode: 429, RetryAfter: 1500 * time.Millisecond}, 429, "2",
+			"Too many requests, please try again later.\n"},
+		{"500", Fault{ErrorProbability: 1, ErrorCode: 500}, 500, "", `"reason":"InternalError","code":500}` + "\n"},
 	} {
 		t.Run(tc.label, func(t *testing.T) {
 			defer p.ClearFault()
@@ -147,14 +154,36 @@ func TestFaultProxyForwardsAndInjects(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if resp.StatusCode != tc.wantCode || resp.Header.Get("Retry-After") != tc.wantRetry || !strings.Contains(body, `"reason":"`+tc.wantReason+`"`) {
-				t.Fatalf("got %d Retry-After %q body %s; want %d %q reason %s", resp.StatusCode, resp.Header.Get("Retry-After"), body, tc.wantCode, tc.wantRetry, tc.wantReason)
+			if resp.StatusCode != tc.wantCode || resp.Header.Get("Retry-After") != tc.wantRetry || !strings.HasSuffix(body, tc.wantBody) {
+				t.Fatalf("got %d Retry-After %q body %q; want %d %q body ending in %q", resp.StatusCode, resp.Header.Get("Retry-After"), body, tc.wantCode, tc.wantRetry, tc.wantBody)
 			}
 			if up.hits.Load() != hits {
 				t.Error("an injected error reached the upstream")
 			}
 			if got := p.Stats().Errors; got != errs+1 {
 				t.Errorf("Stats.Errors = %d, want %d", got, errs+1)
+			}
+		})
+	}
+
+	// What matters of an injected answer: client-go's error says how long
+	// to wait, whether the answer is text (429) or a Status (5xx).
+	for _, code := range []int{429, 503} {
+		t.Run(fmt.Sprintf("client-go sees the Retry-After of a %d", code), func(t *testing.T) {
+			defer p.ClearFault()
+			if err := p.SetFault(Fault{ErrorProbability: 1, ErrorCode: code, RetryAfter: 3 * time.Second}); err != nil {
+				t.Fatal(err)
+			}
+			rc, err := rest.UnversionedRESTClientFor(&rest.Config{
+				Host: p.URL(), TLSClientConfig: rest.TLSClientConfig{CAData: p.cp.pki.caPEM},
+				ContentConfig: rest.ContentConfig{NegotiatedSerializer: scheme.Codecs.WithoutConversion()},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = rc.Get().AbsPath("/whoami").MaxRetries(0).Do(ctx).Error()
+			if secs, ok := apierrors.SuggestsClientDelay(err); !ok || secs != 3 {
+				t.Errorf("SuggestsClientDelay(%v) = %d, %v; want 3, true", err, secs, ok)
 			}
 		})
 	}
@@ -359,5 +388,83 @@ func TestFaultProxyCloseEndsStalledRequests(t *testing.T) {
 	}
 	if _, _, err := whoami(ctx, c, p); err == nil {
 		t.Error("request after Close succeeded")
+	}
+}
+
+func TestFaultProxyRecordRequests(t *testing.T) {
+	p, _, c := newProxyUnderTest(t)
+	ctx := testContext(t, time.Minute)
+	do := func(method, path string) (int, error) {
+		req, _ := http.NewRequestWithContext(ctx, method, p.URL()+path, nil)
+		resp, err := c.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		_, err = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode, err
+	}
+	get := func(path string) (int, error) { return do(http.MethodGet, path) }
+	before := time.Now()
+	stop := p.RecordRequests(func(r *http.Request) bool { return r.URL.Path == "/whoami" })
+
+	// Forwarded, then injected, then reset, then one not selected.
+	if code, err := get("/whoami"); err != nil || code != 200 {
+		t.Fatalf("forwarded: %d %v", code, err)
+	}
+	if err := p.SetFault(Fault{ErrorProbability: 1, ErrorCode: 429, RetryAfter: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := get("/whoami"); err != nil || code != 429 {
+		t.Fatalf("injected: %d %v", code, err)
+	}
+	if err := p.SetFault(Fault{ResetProbability: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// A POST, which the client does not retry on a fresh connection.
+	if _, err := do(http.MethodPost, "/whoami"); err == nil {
+		t.Fatal("reset: got an answer, want a reset (recording must not break Hijack)")
+	}
+	p.ClearFault()
+	if code, err := get("/write"); err != nil || code != 200 {
+		t.Fatalf("not selected: %d %v", code, err)
+	}
+	waitStats(t, p, "every request ended", func(s ProxyStats) bool { return s.InFlight == 0 })
+	events := stop()
+	after := time.Now()
+	if code, err := get("/whoami"); err != nil || code != 200 {
+		t.Fatalf("after stop: %d %v", code, err)
+	}
+	if extra := stop(); len(extra) != 0 {
+		t.Errorf("stop again: %d events, want none (nothing recorded after stop)", len(extra))
+	}
+
+	if len(events) != 3 {
+		t.Fatalf("recorded %d events, want 3: %+v", len(events), events)
+	}
+	for i, want := range []struct {
+		method             string
+		code               int
+		injected, answered bool
+		forwarded          bool
+	}{
+		{http.MethodGet, 200, false, true, true},
+		{http.MethodGet, 429, true, true, false},
+		{http.MethodPost, 0, false, false, false},
+	} {
+		ev := events[i]
+		if ev.Method != want.method || ev.Path != "/whoami" || ev.Code != want.code || ev.Injected != want.injected ||
+			ev.Answered.IsZero() == want.answered || ev.Forwarded.IsZero() == want.forwarded {
+			t.Errorf("event %d = %+v, want code %d injected %v answered %v forwarded %v", i, ev, want.code, want.injected, want.answered, want.forwarded)
+		}
+		if ev.Received.Before(before) || ev.Received.After(after) {
+			t.Errorf("event %d received at %v, outside the run [%v, %v]", i, ev.Received, before, after)
+		}
+		if want.answered && ev.Answered.Before(ev.Received) {
+			t.Errorf("event %d answered before it was received: %+v", i, ev)
+		}
+	}
+	if events[1].Received.Before(events[0].Answered) {
+		t.Errorf("events out of order: %+v", events)
 	}
 }

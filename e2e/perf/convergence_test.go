@@ -70,12 +70,22 @@ func BenchmarkConvergence(b *testing.B) {
 // returns when the work started, when the last successful patch was
 // answered, and the number of patches answered.
 func (w *world) convergeQuietpatch(ctx context.Context, keys map[types.NamespacedName]bool, workers int) (time.Time, time.Time, int64, error) {
-	st, err := w.newStack(stackConfig{Name: "converge", Capacity: len(keys), Workers: workers, Leader: newStaticLeader("converge"), Keys: keys})
+	return w.convergeStack(ctx, keys, stackConfig{Name: "converge", Capacity: len(keys), Workers: workers, Leader: newStaticLeader("converge"), Keys: keys}, nil)
+}
+
+// convergeStack is convergeQuietpatch with the stack sc (whose Keys and
+// Capacity should be keys and their number). watch, if set, is called once
+// the stack runs, and the function it returns once the work is done.
+func (w *world) convergeStack(ctx context.Context, keys map[types.NamespacedName]bool, sc stackConfig, watch func(*stack) (stop func())) (time.Time, time.Time, int64, error) {
+	st, err := w.newStack(sc)
 	if err != nil {
 		return time.Time{}, time.Time{}, 0, err
 	}
 	st.start(false)
 	defer st.stop()
+	if watch != nil {
+		defer watch(st)()
+	}
 	start := time.Now()
 	for round := 0; ; round++ {
 		answered, failed := st.rec.done(), st.rec.failed.Load()

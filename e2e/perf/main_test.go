@@ -17,5 +17,5 @@ func TestMain(m *testing.M) {
 	// client-go logs every request the stall benchmarks cancel; the
 	// benchmarks count outcomes themselves.
 	klog.SetLogger(logr.Discard())
-	cluster.RunShared(m, shared.close)
+	cluster.RunShared(m, storms.close, shared.close)
 }

@@ -7,12 +7,15 @@ import (
 	"os"
 	"reflect"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -23,6 +26,7 @@ import (
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gatewayclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 	gatewayinformers "sigs.k8s.io/gateway-api/pkg/client/informers/externalversions"
@@ -53,6 +57,16 @@ type config struct {
 	StallRecover   time.Duration // QP_PERF_STALL_RECOVER
 	SamplePeriod   time.Duration // QP_PERF_SAMPLE
 	PlotsDir       string        // QP_PLOTS_DIR
+
+	AdaptiveRoutes  int             // QP_PERF_ADAPTIVE_ROUTES
+	AdaptiveModes   []dispatchMode  // QP_PERF_ADAPTIVE_MODES
+	RTTs            []time.Duration // QP_PERF_RTTS
+	StormRoutes     int             // QP_PERF_STORM_ROUTES
+	StormSample     time.Duration   // QP_PERF_STORM_SAMPLE
+	Competitors     int             // QP_PERF_COMPETITORS
+	CompetitorRate  float64         // QP_PERF_COMPETITOR_RATE
+	AloneFor        time.Duration   // QP_PERF_ALONE
+	PolitenessModes []dispatchMode  // QP_PERF_POLITENESS_MODES
 }
 
 func loadConfig() (config, error) {
@@ -60,7 +74,11 @@ func loadConfig() (config, error) {
 		Routes: 10_000, ConvergeRoutes: 3_000, Workers: 16, K: 50, Intervals: 5, NaiveIntervals: 1,
 		Capacity: 1_000, Lease: 15 * time.Second,
 		StallPasses: 10, StallInterval: time.Second, StallRecover: 5 * time.Second, SamplePeriod: 500 * time.Millisecond,
-		PlotsDir: os.Getenv("QP_PLOTS_DIR"),
+		PlotsDir:       os.Getenv("QP_PLOTS_DIR"),
+		AdaptiveRoutes: 1_000, AdaptiveModes: defaultAdaptiveModes, RTTs: []time.Duration{0, 10 * time.Millisecond, 50 * time.Millisecond},
+		StormRoutes: 10_000, StormSample: 100 * time.Millisecond,
+		Competitors: 2, CompetitorRate: 20, AloneFor: 45 * time.Second,
+		PolitenessModes: []dispatchMode{{"adaptive", 0}, {"fixed-64", 64}},
 	}
 	var errs []error
 	ints := []struct {
@@ -72,6 +90,8 @@ func loadConfig() (config, error) {
 		{"QP_PERF_WORKERS", &c.Workers, 1}, {"QP_PERF_K", &c.K, 1}, {"QP_PERF_INTERVALS", &c.Intervals, 1},
 		{"QP_PERF_NAIVE_INTERVALS", &c.NaiveIntervals, 1}, {"QP_PERF_CAPACITY", &c.Capacity, 1},
 		{"QP_PERF_STALL_PASSES", &c.StallPasses, 1},
+		{"QP_PERF_ADAPTIVE_ROUTES", &c.AdaptiveRoutes, 1}, {"QP_PERF_STORM_ROUTES", &c.StormRoutes, 1},
+		{"QP_PERF_COMPETITORS", &c.Competitors, 1},
 	}
 	for _, f := range ints {
 		s := os.Getenv(f.env)
@@ -92,6 +112,7 @@ func loadConfig() (config, error) {
 	}{
 		{"QP_PERF_LEASE", &c.Lease, 2 * time.Second}, {"QP_PERF_STALL_INTERVAL", &c.StallInterval, 10 * time.Millisecond},
 		{"QP_PERF_STALL_RECOVER", &c.StallRecover, 0}, {"QP_PERF_SAMPLE", &c.SamplePeriod, 10 * time.Millisecond},
+		{"QP_PERF_STORM_SAMPLE", &c.StormSample, 10 * time.Millisecond}, {"QP_PERF_ALONE", &c.AloneFor, time.Second},
 	}
 	for _, f := range durs {
 		s := os.Getenv(f.env)
@@ -105,11 +126,49 @@ func loadConfig() (config, error) {
 		}
 		*f.v = v
 	}
+	if s := os.Getenv("QP_PERF_RTTS"); s != "" {
+		c.RTTs = nil
+		for _, f := range strings.Split(s, ",") {
+			v, err := time.ParseDuration(strings.TrimSpace(f))
+			if err != nil || v < 0 {
+				errs = append(errs, fmt.Errorf("QP_PERF_RTTS must be a comma-separated list of durations >= 0, got %q", s))
+				break
+			}
+			c.RTTs = append(c.RTTs, v)
+		}
+	}
+	if s := os.Getenv("QP_PERF_ADAPTIVE_MODES"); s != "" {
+		modes, err := parseModes(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("QP_PERF_ADAPTIVE_MODES: %w", err))
+		} else {
+			c.AdaptiveModes = modes
+		}
+	}
+	if s := os.Getenv("QP_PERF_POLITENESS_MODES"); s != "" {
+		modes, err := parseModes(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("QP_PERF_POLITENESS_MODES: %w", err))
+		} else {
+			c.PolitenessModes = modes
+		}
+	}
+	if s := os.Getenv("QP_PERF_COMPETITOR_RATE"); s != "" {
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil || v <= 0 || v > 1000 {
+			errs = append(errs, fmt.Errorf("QP_PERF_COMPETITOR_RATE must be a number of requests per second in (0, 1000], got %q", s))
+		} else {
+			c.CompetitorRate = v
+		}
+	}
 	if c.Lease%time.Second != 0 {
 		errs = append(errs, fmt.Errorf("QP_PERF_LEASE must be a whole number of seconds, got %v", c.Lease))
 	}
 	if c.ConvergeRoutes > c.Routes {
 		errs = append(errs, fmt.Errorf("QP_PERF_CONVERGE_ROUTES (%d) must not exceed QP_PERF_ROUTES (%d)", c.ConvergeRoutes, c.Routes))
+	}
+	if c.AdaptiveRoutes > c.Routes {
+		errs = append(errs, fmt.Errorf("QP_PERF_ADAPTIVE_ROUTES (%d) must not exceed QP_PERF_ROUTES (%d)", c.AdaptiveRoutes, c.Routes))
 	}
 	if c.K > c.Routes {
 		errs = append(errs, fmt.Errorf("QP_PERF_K (%d) must not exceed QP_PERF_ROUTES (%d)", c.K, c.Routes))
@@ -149,15 +208,18 @@ type world struct {
 	computer *routestatus.Computer
 	lookup   routestatus.Listers
 	routes   gatewayv1listers.HTTPRouteLister
-	dyn      dynamic.Interface
-	gw       gatewayclient.Interface
-	kube     kubernetes.Interface
+	// routeInformer holds the routes of the set (label caseLabel); the
+	// gateways informer every Gateway.
+	routeInformer, gateways cache.SharedIndexInformer
+	dyn                     dynamic.Interface
+	gw                      gatewayclient.Interface
+	kube                    kubernetes.Interface
 
 	stopInformers func()
 
 	mu      sync.Mutex
 	next    int             // the next route pick returns
-	granted map[string]bool // service accounts given cluster-admin
+	granted map[string]bool // service accounts given cluster-admin, or the status writer's role
 }
 
 type sharedWorld struct {
@@ -206,15 +268,32 @@ func newWorld(ctx context.Context, b *testing.B) (*world, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &world{cfg: cfg, cp: cp, stopInformers: func() {}}
-	if err := w.setup(ctx, b); err != nil {
-		w.stopInformers()
+	w, err := newWorldOn(ctx, b, cp, cfg)
+	if err != nil {
 		return nil, errors.Join(err, cp.Stop())
 	}
 	return w, nil
 }
 
-func (w *world) setup(ctx context.Context, b *testing.B) error {
+// newWorldOn sets a world up on the control plane cp, with cfg's sizes:
+// what the benchmarks share, and what a test builds on a small scale.
+// Stopping cp is the caller's business; the world's informers stop with
+// stopInformers.
+func newWorldOn(ctx context.Context, tb testing.TB, cp *cluster.ControlPlane, cfg config) (*world, error) {
+	w := &world{cfg: cfg, cp: cp, stopInformers: func() {}}
+	if err := w.setup(ctx, tb); err != nil {
+		w.stopInformers()
+		return nil, err
+	}
+	return w, nil
+}
+
+// caseLabel is the label every route of a fixtures Set carries: the
+// world's route informer selects on it, so that routes the benchmarks
+// create for themselves (BenchmarkStorm's) stay out of the world's lists.
+const caseLabel = "quietpatch.io/case"
+
+func (w *world) setup(ctx context.Context, b testing.TB) error {
 	ns := min(maxNamespaces, max(1, w.cfg.Routes/routesPerNamespace))
 	set, err := fixtures.Generate(fixtures.Config{Routes: w.cfg.Routes, Namespaces: ns, Prefix: "perf", ControllerName: controllerName})
 	if err != nil {
@@ -241,10 +320,15 @@ func (w *world) setup(ctx context.Context, b *testing.B) error {
 	b.Logf("created %d objects in %v", len(set.Objects()), time.Since(begin).Round(time.Millisecond))
 
 	// Informers: what a controller would run, shared by every benchmark.
+	// The routes come from a factory of their own, selecting the Set's.
 	ictx, icancel := context.WithCancel(context.Background())
 	gwf := gatewayinformers.NewSharedInformerFactory(w.gw, 0)
+	rf := gatewayinformers.NewSharedInformerFactoryWithOptions(w.gw, 0,
+		gatewayinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = caseLabel }))
 	kf := kubeinformers.NewSharedInformerFactory(w.kube, 0)
-	w.routes = gwf.Gateway().V1().HTTPRoutes().Lister()
+	w.routes = rf.Gateway().V1().HTTPRoutes().Lister()
+	w.routeInformer = rf.Gateway().V1().HTTPRoutes().Informer()
+	w.gateways = gwf.Gateway().V1().Gateways().Informer()
 	w.lookup = routestatus.Listers{
 		Services:          kf.Core().V1().Services().Lister(),
 		Namespaces:        kf.Core().V1().Namespaces().Lister(),
@@ -253,13 +337,20 @@ func (w *world) setup(ctx context.Context, b *testing.B) error {
 		ReferenceGrantsV1: gwf.Gateway().V1().ReferenceGrants().Lister(),
 	}
 	gwf.Start(ictx.Done())
+	rf.Start(ictx.Done())
 	kf.Start(ictx.Done())
 	w.stopInformers = func() {
 		icancel()
 		gwf.Shutdown()
+		rf.Shutdown()
 		kf.Shutdown()
 	}
 	for typ, ok := range gwf.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("informer for %v did not sync", typ)
+		}
+	}
+	for typ, ok := range rf.WaitForCacheSync(ctx.Done()) {
 		if !ok {
 			return fmt.Errorf("informer for %v did not sync", typ)
 		}
@@ -624,12 +715,17 @@ func send(ctx context.Context, client dynamic.Interface, p statuspatch.MergePatc
 // no queue, no reconciler and no dispatcher. It returns once every patch was
 // answered, and the error of the first that failed.
 func (w *world) floor(ctx context.Context, routes []*gatewayv1.HTTPRoute, workers int, rec *recorder) error {
+	return w.floorWith(ctx, w.dyn, routes, workers, rec)
+}
+
+// floorWith is floor with client.
+func (w *world) floorWith(ctx context.Context, client dynamic.Interface, routes []*gatewayv1.HTTPRoute, workers int, rec *recorder) error {
 	var firstErr error
 	var once sync.Once
 	_ = parallel(ctx, len(routes), workers, func(ctx context.Context, i int) error {
 		p, err := buildPatch(routes[i], w.desired(routes[i]))
 		if err == nil {
-			err = send(ctx, w.dyn, p)
+			err = send(ctx, client, p)
 		}
 		rec.record(err)
 		if err != nil {
@@ -758,10 +854,34 @@ type stackConfig struct {
 	Keys     map[types.NamespacedName]bool // nil: all routes
 	// Current, when set, replaces reading the route's status: the stalled
 	// memory benchmark makes every route look changed with it.
-	Current  func(*gatewayv1.HTTPRoute) gatewayv1.HTTPRouteStatus
-	Client   dynamic.Interface // default the admin client
-	Interval time.Duration     // default 10 s
+	Current func(*gatewayv1.HTTPRoute) gatewayv1.HTTPRouteStatus
+	Client  dynamic.Interface // default the admin client
+	// Patcher, when set, replaces the DynamicStatusPatcher over Client.
+	Patcher  statuspatch.Patcher[statuspatch.MergePatch]
+	Interval time.Duration // default 10 s
 	Queue    statuspatch.QueueConfig[statuspatch.Patch[statuspatch.MergePatch]]
+}
+
+// routeComputer is the reconciler's StatusComputer for HTTPRoutes, the
+// example's: desired from routestatus over the world's listers, compared
+// with routestatus.Equal, patched with buildPatch.
+type routeComputer = statuspatch.ComputerFuncs[*gatewayv1.HTTPRoute, gatewayv1.HTTPRouteStatus, statuspatch.MergePatch]
+
+// computerFuncs returns the routeComputer; current, when set, replaces
+// reading the route's status.
+func (w *world) computerFuncs(current func(*gatewayv1.HTTPRoute) gatewayv1.HTTPRouteStatus) routeComputer {
+	if current == nil {
+		current = func(r *gatewayv1.HTTPRoute) gatewayv1.HTTPRouteStatus { return r.Status }
+	}
+	return routeComputer{
+		KeyFunc: func(r *gatewayv1.HTTPRoute) types.NamespacedName {
+			return types.NamespacedName{Namespace: r.Namespace, Name: r.Name}
+		},
+		CurrentFunc: current,
+		DesiredFunc: func(r *gatewayv1.HTTPRoute) (gatewayv1.HTTPRouteStatus, error) { return w.desired(r), nil },
+		EqualFunc:   routestatus.Equal,
+		PatchFunc:   buildPatch,
+	}
 }
 
 // stack is quietpatch running in process: a PatchQueue, a Reconciler over
@@ -785,21 +905,9 @@ func (w *world) newStack(cfg stackConfig) (*stack, error) {
 	if err != nil {
 		return nil, err
 	}
-	current := cfg.Current
-	if current == nil {
-		current = func(r *gatewayv1.HTTPRoute) gatewayv1.HTTPRouteStatus { return r.Status }
-	}
 	rc, err := statuspatch.NewReconciler(statuspatch.ReconcilerConfig[*gatewayv1.HTTPRoute, gatewayv1.HTTPRouteStatus, statuspatch.MergePatch]{
-		Source: routeSource{w: w, keys: cfg.Keys},
-		Computer: statuspatch.ComputerFuncs[*gatewayv1.HTTPRoute, gatewayv1.HTTPRouteStatus, statuspatch.MergePatch]{
-			KeyFunc: func(r *gatewayv1.HTTPRoute) types.NamespacedName {
-				return types.NamespacedName{Namespace: r.Namespace, Name: r.Name}
-			},
-			CurrentFunc: current,
-			DesiredFunc: func(r *gatewayv1.HTTPRoute) (gatewayv1.HTTPRouteStatus, error) { return w.desired(r), nil },
-			EqualFunc:   routestatus.Equal,
-			PatchFunc:   buildPatch,
-		},
+		Source:   routeSource{w: w, keys: cfg.Keys},
+		Computer: w.computerFuncs(cfg.Current),
 		Queue:    q,
 		Leader:   cfg.Leader,
 		Interval: cfg.Interval,
@@ -809,14 +917,16 @@ func (w *world) newStack(cfg stackConfig) (*stack, error) {
 		q.Close()
 		return nil, err
 	}
-	client := cfg.Client
-	if client == nil {
-		client = w.dyn
-	}
-	patcher, err := statuspatch.NewDynamicStatusPatcher(client, routeGVR, fieldManager)
-	if err != nil {
-		q.Close()
-		return nil, err
+	patcher := cfg.Patcher
+	if patcher == nil {
+		client := cfg.Client
+		if client == nil {
+			client = w.dyn
+		}
+		if patcher, err = statuspatch.NewDynamicStatusPatcher(client, routeGVR, fieldManager); err != nil {
+			q.Close()
+			return nil, err
+		}
 	}
 	s := &stack{queue: q, reconciler: rc, errs: make(chan error, 2)}
 	s.dispatcher, err = statuspatch.NewDispatcher(statuspatch.DispatcherConfig[statuspatch.MergePatch]{
@@ -960,4 +1070,67 @@ func (w *world) identity(ctx context.Context, name string) (*rest.Config, error)
 	}
 	cfg.QPS = -1
 	return cfg, nil
+}
+
+// statusWriterRole is the ClusterRole of statusWriter identities.
+const statusWriterRole = "qp-perf-httproute-status-writer"
+
+// statusWriter returns a config for the ServiceAccount benchNamespace/name,
+// allowed to patch HTTPRoute statuses and nothing else, with no client-side
+// rate limit: a controller's status client. API Priority and Fairness
+// treats it as any service account (flow schema service-accounts, one flow
+// per user, priority level workload-low), where the admin is exempt.
+func (w *world) statusWriter(ctx context.Context, name string) (*rest.Config, error) {
+	cfg, err := w.cp.ConfigFor(ctx, benchNamespace, name)
+	if err != nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if key := "status-writer/" + name; !w.granted[key] {
+		_, err := w.kube.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
+			ObjectMeta: metav1.ObjectMeta{Name: statusWriterRole},
+			Rules: []rbacv1.PolicyRule{{
+				APIGroups: []string{gatewayv1.GroupName}, Resources: []string{"httproutes/status"}, Verbs: []string{"patch"},
+			}},
+		}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, err
+		}
+		if err := w.cp.GrantClusterRole(ctx, benchNamespace, name, statusWriterRole); err != nil {
+			return nil, err
+		}
+		if w.granted == nil {
+			w.granted = map[string]bool{}
+		}
+		w.granted[key] = true
+	}
+	cfg.QPS = -1
+	err = waitAllowed(ctx, cfg, authorizationv1.ResourceAttributes{
+		Verb: "patch", Group: gatewayv1.GroupName, Resource: "httproutes", Subresource: "status",
+	})
+	return cfg, err
+}
+
+// waitAllowed waits until the identity of cfg may do verb on the resource
+// (group, resource, subresource) in namespace, as the API server's
+// authorizer answers a SelfSubjectAccessReview: a new RBAC binding takes a
+// moment to reach the authorizer's cache.
+func waitAllowed(ctx context.Context, cfg *rest.Config, attrs authorizationv1.ResourceAttributes) error {
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	return poll(ctx, 50*time.Millisecond, fmt.Sprintf("%s to be allowed to %s %s/%s", cfg.UserAgent, attrs.Verb, attrs.Resource, attrs.Subresource), func() error {
+		r, err := kube.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &attrs},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		if !r.Status.Allowed {
+			return fmt.Errorf("not allowed yet: %s", r.Status.Reason)
+		}
+		return nil
+	})
 }

@@ -1,16 +1,18 @@
 // Command plots redraws the plots of the stalled-API benchmark
-// (BenchmarkStalledMemory in package perf) from the samples it recorded, so
-// that the figures in docs/ can be restyled or checked without running the
-// benchmark again.
+// (BenchmarkStalledMemory in package perf) and of the storm benchmark
+// (BenchmarkStorm) from the samples they recorded, so that the figures in
+// docs/ can be restyled or checked without running the benchmarks again.
 //
 // Usage (from the e2e module):
 //
-//	go run ./cmd/plots [-in ../docs/stall-memory.csv] [-out ../docs] [-format svg]
+//	go run ./cmd/plots [-in ../docs/stall-memory.csv] [-storm-in ../docs/storm-dispatch.csv] [-out ../docs] [-format svg]
 //
 // It writes stall-depth.<format> (the quietpatch queue's depth and its
 // Peak-EWMA over time) and stall-heap.<format> (the live heap of both
-// variants over time) into -out. -format is svg (the default) or any format
-// gonum.org/v1/plot saves: png, pdf, eps, jpg, tif.
+// variants over time) from -in, and storm-dispatch.<format> (the in-flight
+// limit, the latency estimate and the queue over a storm) from -storm-in,
+// into -out; an input set to "" is skipped. -format is svg (the default)
+// or any format gonum.org/v1/plot saves: png, pdf, eps, jpg, tif.
 package main
 
 import (
@@ -33,7 +35,8 @@ func main() {
 
 func run(args []string) error {
 	fs := flag.NewFlagSet("plots", flag.ContinueOnError)
-	in := fs.String("in", filepath.Join("..", "docs", perf.CSVFile), "samples CSV written by BenchmarkStalledMemory")
+	in := fs.String("in", filepath.Join("..", "docs", perf.CSVFile), "samples CSV written by BenchmarkStalledMemory (\"\": skip)")
+	stormIn := fs.String("storm-in", filepath.Join("..", "docs", perf.StormCSVFile), "samples CSV written by BenchmarkStorm (\"\": skip)")
 	out := fs.String("out", filepath.Join("..", "docs"), "directory to write the plots into")
 	format := fs.String("format", "svg", "image format: svg, png, pdf, eps, jpg or tif")
 	if err := fs.Parse(args); err != nil {
@@ -47,30 +50,52 @@ func run(args []string) error {
 	default:
 		return fmt.Errorf("-format must be svg, png, pdf, eps, jpg or tif, got %q", *format)
 	}
-	f, err := os.Open(*in)
-	if err != nil {
-		return err
-	}
-	samples, err := perf.ReadCSV(f)
-	f.Close()
-	if err != nil {
-		return err
-	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
 	}
 	ext := "." + *format
+	outPath := func(file string) string {
+		return filepath.Join(*out, strings.TrimSuffix(file, filepath.Ext(file))+ext)
+	}
 	var errs []error
-	for _, p := range []struct {
-		file string
-		draw func([]perf.Sample, string) error
-	}{{perf.DepthPlotFile, perf.PlotDepth}, {perf.HeapPlotFile, perf.PlotHeap}} {
-		path := filepath.Join(*out, strings.TrimSuffix(p.file, filepath.Ext(p.file))+ext)
-		if err := p.draw(samples, path); err != nil {
-			errs = append(errs, err)
-			continue
+	if *in != "" {
+		f, err := os.Open(*in)
+		if err != nil {
+			return err
 		}
-		fmt.Println(path)
+		samples, err := perf.ReadCSV(f)
+		f.Close()
+		if err != nil {
+			return err
+		}
+		for _, p := range []struct {
+			file string
+			draw func([]perf.Sample, string) error
+		}{{perf.DepthPlotFile, perf.PlotDepth}, {perf.HeapPlotFile, perf.PlotHeap}} {
+			path := outPath(p.file)
+			if err := p.draw(samples, path); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			fmt.Println(path)
+		}
+	}
+	if *stormIn != "" {
+		f, err := os.Open(*stormIn)
+		if err != nil {
+			return err
+		}
+		samples, err := perf.ReadStormCSV(f)
+		f.Close()
+		if err != nil {
+			return err
+		}
+		path := outPath(perf.StormPlotFile)
+		if err := perf.PlotStorm(samples, path); err != nil {
+			errs = append(errs, err)
+		} else {
+			fmt.Println(path)
+		}
 	}
 	return errors.Join(errs...)
 }

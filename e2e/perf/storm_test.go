@@ -1,0 +1,603 @@
+package perf
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayinformers "sigs.k8s.io/gateway-api/pkg/client/informers/externalversions"
+	gatewayv1listers "sigs.k8s.io/gateway-api/pkg/client/listers/apis/v1"
+
+	"github.com/quietpatch/quietpatch"
+	"github.com/quietpatch/quietpatch/examples/httproute-status/fixtures"
+	"github.com/quietpatch/quietpatch/examples/httproute-status/routestatus"
+	"github.com/quietpatch/quietpatch/statuspatch"
+	"github.com/quietpatch/quietpatch/statuspatch/source"
+)
+
+// The storm's objects: a Gateway of their own and routes labelled
+// stormLabel, which the world's route informer does not select.
+const (
+	stormGateway = "storm"
+	stormLabel   = "quietpatch.io/storm"
+)
+
+// storm is what BenchmarkStorm and BenchmarkPoliteness share: QP_PERF_STORM_ROUTES
+// HTTPRoutes (10,000) spread over the world's application namespaces, all
+// attached to the listener "http" of the Gateway "storm", an informer over
+// them, and a status writer (a ServiceAccount that may only patch
+// HTTPRoute statuses, no client-side rate limit). Flipping the listener's
+// allowedRoutes between the application namespaces (the routes are
+// Accepted) and the Gateway's own namespace only (NotAllowedByListeners)
+// changes the desired status of every storm route.
+type storm struct {
+	w      *world
+	keys   []types.NamespacedName
+	inf    cache.SharedIndexInformer
+	lister gatewayv1listers.HTTPRouteLister
+	writer *rest.Config
+	dyn    dynamic.Interface // the writer's
+
+	mu   sync.Mutex
+	open bool // the listener admits the application namespaces now
+
+	stopInformer func()
+}
+
+type sharedStorm struct {
+	once sync.Once
+	s    *storm
+	err  error
+}
+
+var storms sharedStorm
+
+// get returns the storm, setting it up on first use: creating 10,000 routes
+// and bringing their statuses to the open Gateway's takes a minute or two.
+func (ss *sharedStorm) get(b *testing.B, w *world) *storm {
+	b.Helper()
+	ss.once.Do(func() {
+		begin := time.Now()
+		ss.s, ss.err = newStorm(context.Background(), b, w)
+		if ss.err == nil {
+			b.Logf("storm ready in %v: %d routes", time.Since(begin).Round(time.Millisecond), len(ss.s.keys))
+		}
+	})
+	if ss.err != nil {
+		b.Fatalf("storm: %v", ss.err)
+	}
+	return ss.s
+}
+
+func (ss *sharedStorm) close() error {
+	if ss.s != nil {
+		ss.s.stopInformer()
+	}
+	return nil
+}
+
+func newStorm(ctx context.Context, b *testing.B, w *world) (*storm, error) {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Minute)
+	defer cancel()
+	s := &storm{w: w, open: true, stopInformer: func() {}}
+	gw := w.set.Gateway.DeepCopy()
+	gw.Name = stormGateway
+	gw.Spec.Listeners = gw.Spec.Listeners[:1] // "http": application namespaces, *.example.com
+	objs := []runtime.Object{gw}
+	var apps []string
+	for _, ns := range w.set.Namespaces {
+		if ns.Labels[fixtures.AccessLabel] == "true" {
+			apps = append(apps, ns.Name)
+		}
+	}
+	for i := range w.cfg.StormRoutes {
+		r := stormRoute(w.set.InfraNamespace, apps[i%len(apps)], fmt.Sprintf("storm-%05d", i))
+		objs = append(objs, r)
+		s.keys = append(s.keys, types.NamespacedName{Namespace: r.Namespace, Name: r.Name})
+	}
+	begin := time.Now()
+	if err := install(ctx, w.cp, objs, 32); err != nil {
+		return nil, err
+	}
+	b.Logf("created the storm Gateway and %d routes in %v", len(s.keys), time.Since(begin).Round(time.Millisecond))
+
+	ictx, icancel := context.WithCancel(context.Background())
+	f := gatewayinformers.NewSharedInformerFactoryWithOptions(w.gw, 0,
+		gatewayinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = stormLabel }))
+	s.inf = f.Gateway().V1().HTTPRoutes().Informer()
+	s.lister = f.Gateway().V1().HTTPRoutes().Lister()
+	f.Start(ictx.Done())
+	s.stopInformer = func() {
+		icancel()
+		f.Shutdown()
+	}
+	fail := func(err error) (*storm, error) {
+		s.stopInformer()
+		return nil, err
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), s.inf.HasSynced) {
+		return fail(errors.New("the storm routes' informer did not sync"))
+	}
+	err := poll(ctx, 100*time.Millisecond, "the storm Gateway in the informer cache", func() error {
+		_, err := w.lookup.Gateways.Gateways(w.set.InfraNamespace).Get(stormGateway)
+		return err
+	})
+	if err != nil {
+		return fail(err)
+	}
+	if s.writer, err = w.statusWriter(ctx, "storm-writer"); err != nil {
+		return fail(err)
+	}
+	if s.dyn, err = dynamic.NewForConfig(s.writer); err != nil {
+		return fail(err)
+	}
+	begin = time.Now()
+	for range 3 {
+		var rec recorder
+		if err := w.floorWith(ctx, s.dyn, s.changed(), w.cfg.Workers, &rec); err == nil {
+			break
+		}
+	}
+	if err := s.waitConverged(ctx); err != nil {
+		return fail(err)
+	}
+	b.Logf("storm routes converged in %v", time.Since(begin).Round(time.Millisecond))
+	return s, nil
+}
+
+// stormRoute is route name in namespace ns, attached to the storm Gateway's
+// listener "http", with a valid backend.
+func stormRoute(infra, ns, name string) *gatewayv1.HTTPRoute {
+	group := gatewayv1.Group(gatewayv1.GroupName)
+	kind := gatewayv1.Kind("Gateway")
+	gwNS := gatewayv1.Namespace(infra)
+	section := gatewayv1.SectionName(fixtures.ListenerHTTP)
+	port := gatewayv1.PortNumber(80)
+	weight := int32(1)
+	return &gatewayv1.HTTPRoute{
+		TypeMeta:   metav1.TypeMeta{APIVersion: gatewayv1.GroupVersion.String(), Kind: "HTTPRoute"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{stormLabel: "true"}},
+		Spec: gatewayv1.HTTPRouteSpec{
+			CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{{
+				Group: &group, Kind: &kind, Namespace: &gwNS, Name: stormGateway, SectionName: &section,
+			}}},
+			Hostnames: []gatewayv1.Hostname{gatewayv1.Hostname(name + "." + ns + ".example.com")},
+			Rules: []gatewayv1.HTTPRouteRule{{
+				BackendRefs: []gatewayv1.HTTPBackendRef{{BackendRef: gatewayv1.BackendRef{
+					BackendObjectReference: gatewayv1.BackendObjectReference{Name: "backend", Port: &port}, Weight: &weight,
+				}}},
+			}},
+		},
+	}
+}
+
+// list returns the storm routes in the informer cache.
+func (s *storm) list() []*gatewayv1.HTTPRoute {
+	all, _ := s.lister.List(labels.Everything()) // a lister never fails
+	return all
+}
+
+// changed returns the storm routes whose status is not the desired one.
+func (s *storm) changed() []*gatewayv1.HTTPRoute {
+	var out []*gatewayv1.HTTPRoute
+	for _, r := range s.list() {
+		if !routestatus.Equal(r.Status, s.w.desired(r)) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// waitConverged waits until the informer shows every storm route with its
+// desired status. Each check computes every route: poll sparingly while
+// something else is measured.
+func (s *storm) waitConverged(ctx context.Context) error {
+	return poll(ctx, 500*time.Millisecond, "storm routes converged", func() error {
+		if n := len(s.list()); n != len(s.keys) {
+			return fmt.Errorf("%d of %d storm routes in the cache", n, len(s.keys))
+		}
+		if c := s.changed(); len(c) > 0 {
+			return fmt.Errorf("%d storm routes not converged, e.g. %s/%s", len(c), c[0].Namespace, c[0].Name)
+		}
+		return nil
+	})
+}
+
+// flip changes the storm Gateway's listener to admit the application
+// namespaces if it did not, or only its own namespace if it did, and
+// waits until the world's Gateway informer shows the change. Every storm
+// route's desired status changes.
+func (s *storm) flip(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	client := s.w.gw.GatewayV1().Gateways(s.w.set.InfraNamespace)
+	var updated *gatewayv1.Gateway
+	for attempt := 0; ; attempt++ {
+		gw, err := client.Get(ctx, stormGateway, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		gw = gw.DeepCopy()
+		ns := &gatewayv1.RouteNamespaces{}
+		if s.open {
+			same := gatewayv1.NamespacesFromSame
+			ns.From = &same
+		} else {
+			sel := gatewayv1.NamespacesFromSelector
+			ns.From = &sel
+			ns.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{fixtures.AccessLabel: "true"}}
+		}
+		gw.Spec.Listeners[0].AllowedRoutes = &gatewayv1.AllowedRoutes{Namespaces: ns}
+		updated, err = client.Update(ctx, gw, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) && attempt < 5 {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("flipping the storm Gateway: %w", err)
+		}
+		break
+	}
+	s.open = !s.open
+	return poll(ctx, 5*time.Millisecond, "the storm Gateway's change in the informer cache", func() error {
+		gw, err := s.w.lookup.Gateways.Gateways(s.w.set.InfraNamespace).Get(stormGateway)
+		if err != nil {
+			return err
+		}
+		if gw.Generation < updated.Generation {
+			return fmt.Errorf("generation %d, want %d", gw.Generation, updated.Generation)
+		}
+		return nil
+	})
+}
+
+// stormResult is what a storm run measured.
+type stormResult struct {
+	took    time.Duration // from the Gateway update to the last successful patch's answer
+	patches int64         // patch calls answered
+	failed  int64
+	stats   quietpatch.Stats // the controller's, at the end; zero for the plain client
+	rebuilt int64            // patches built while an identical one waited
+	samples []StormSample
+}
+
+func (r stormResult) routesPerSecond(n int) float64 { return float64(n) / r.took.Seconds() }
+
+// runPlain is the plain client's storm: flip the Gateway, wait until the
+// informer shows it, then patch every storm route with workers goroutines
+// (floor: compute, build the same merge patch, send it with the status
+// writer's dynamic client), again for those whose patch failed.
+func (s *storm) runPlain(ctx context.Context, workers int) (stormResult, error) {
+	var rec recorder
+	start := time.Now()
+	if err := s.flip(ctx); err != nil {
+		return stormResult{}, err
+	}
+	for round := 0; ; round++ {
+		failed := rec.failed.Load()
+		todo := s.list()
+		if round > 0 {
+			todo = s.changed()
+		}
+		_ = s.w.floorWith(ctx, s.dyn, todo, workers, &rec)
+		if err := ctx.Err(); err != nil {
+			return stormResult{}, err
+		}
+		newFailed := rec.failed.Load() - failed
+		if newFailed == 0 {
+			break
+		}
+		if round == 2 {
+			return stormResult{}, fmt.Errorf("%d patches still failing after %d rounds, first error: %v", newFailed, round+1, rec.err())
+		}
+		if err := s.settle(ctx, int(newFailed)); err != nil {
+			return stormResult{}, err
+		}
+	}
+	res := stormResult{took: unixTime(rec.lastOK.Load()).Sub(start), patches: rec.done(), failed: rec.failed.Load()}
+	return res, s.waitConverged(ctx)
+}
+
+// settle waits until the informer shows at most left storm routes not
+// converged.
+func (s *storm) settle(ctx context.Context, left int) error {
+	return poll(ctx, 200*time.Millisecond, "successful patches in the informer cache", func() error {
+		if n := len(s.changed()); n > left {
+			return fmt.Errorf("%d storm routes not converged, want at most %d", n, left)
+		}
+		return nil
+	})
+}
+
+// stormSource is the Controller's Source: the storm routes' informer, whose
+// event handlers it can remove again when the Controller has stopped.
+type stormSource struct {
+	*source.Cache[*gatewayv1.HTTPRoute]
+	inf  cache.SharedIndexInformer
+	mu   sync.Mutex
+	regs []cache.ResourceEventHandlerRegistration
+}
+
+func (s *stormSource) AddEventHandler(h cache.ResourceEventHandler) (cache.ResourceEventHandlerRegistration, error) {
+	reg, err := s.inf.AddEventHandler(h)
+	if err == nil {
+		s.mu.Lock()
+		s.regs = append(s.regs, reg)
+		s.mu.Unlock()
+	}
+	return reg, err
+}
+
+func (s *stormSource) removeHandlers() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, reg := range s.regs {
+		_ = s.inf.RemoveEventHandler(reg)
+	}
+	s.regs = nil
+}
+
+// controllerRun says how runController runs a storm.
+type controllerRun struct {
+	workers int                   // Config.Workers: 0 adaptive
+	sample  time.Duration         // sampling period of the controller's state; 0: none
+	during  func(context.Context) // runs from the flip until the storm converged, if set
+}
+
+// runController is the library's storm: quietpatch.New, as a user would
+// build it, with its defaults (automatic capacity, MaxAge 2 × Interval,
+// Interval 10 s) and run.workers, over the storm routes' informer; the
+// status writer's patcher from NewStatusPatcherForConfig; the Gateway's
+// events enqueue every storm route, as the example's controller does. Once
+// the controller is up and idle the Gateway is flipped; the run ends when
+// every route has its new status.
+func (s *storm) runController(ctx context.Context, b *testing.B, run controllerRun) (stormResult, error) {
+	w := s.w
+	var rec recorder
+	patcher, err := statuspatch.NewStatusPatcherForConfig(s.writer, routeGVR, fieldManager)
+	if err != nil {
+		return stormResult{}, err
+	}
+	src := &stormSource{Cache: source.Informer[*gatewayv1.HTTPRoute](s.inf), inf: s.inf}
+	defer src.removeHandlers()
+
+	// rebuilt: a patch built for a key whose waiting patch already has
+	// the same status (the reconciler should have left it alone).
+	var queue atomic.Pointer[routeQueue]
+	var rebuilt atomic.Int64
+	comp := w.computerFuncs(nil)
+	comp.PatchFunc = func(r *gatewayv1.HTTPRoute, desired gatewayv1.HTTPRouteStatus) (statuspatch.MergePatch, error) {
+		if q := queue.Load(); q != nil {
+			if waiting, ok := q.Waiting(r.Namespace + "/" + r.Name); ok && sameStatus(waiting.Payload, desired) {
+				rebuilt.Add(1)
+			}
+		}
+		return buildPatch(r, desired)
+	}
+	ctrl, err := quietpatch.New[*gatewayv1.HTTPRoute](src, comp, rec.wrap(patcher), quietpatch.Config{
+		Name: "storm", Observer: newStaticLeader("storm"), Workers: run.workers,
+	})
+	if err != nil {
+		return stormResult{}, err
+	}
+	queue.Store(ctrl.Queue())
+	reg, err := w.gateways.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, obj any) {
+			if gw, ok := obj.(*gatewayv1.Gateway); ok && gw.Name == stormGateway && gw.Namespace == w.set.InfraNamespace {
+				for _, k := range s.keys {
+					ctrl.Enqueue(k)
+				}
+			}
+		},
+	})
+	if err != nil {
+		return stormResult{}, err
+	}
+	defer func() { _ = w.gateways.RemoveEventHandler(reg) }()
+
+	runCtx, stop := context.WithCancel(ctx)
+	runErr := make(chan error, 1)
+	go func() { runErr <- ctrl.Run(runCtx) }()
+	stopped := false
+	halt := func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		stop()
+		return <-runErr
+	}
+	defer halt()
+
+	// Up and idle: synced, a pass completed, nothing queued or in flight.
+	err = poll(ctx, 50*time.Millisecond, "the controller up and idle", func() error {
+		st := ctrl.Stats()
+		switch {
+		case ctrl.Ready() != nil:
+			return ctrl.Ready()
+		case st.Reconciler.Passes["completed"] == 0:
+			return errors.New("no pass completed yet")
+		case st.Queue.Depth > 0 || st.Dispatcher.InFlight > 0:
+			return fmt.Errorf("%d patches queued, %d in flight", st.Queue.Depth, st.Dispatcher.InFlight)
+		}
+		return nil
+	})
+	if err != nil {
+		return stormResult{}, err
+	}
+	if n := rec.done(); n > 0 {
+		return stormResult{}, fmt.Errorf("the controller patched %d routes before the storm: they were not converged", n)
+	}
+
+	var samples []StormSample
+	start := time.Now()
+	var sampling sync.WaitGroup
+	sctx, stopSampling := context.WithCancel(ctx)
+	defer stopSampling()
+	if run.sample > 0 {
+		sampling.Go(func() {
+			t := time.NewTicker(run.sample)
+			defer t.Stop()
+			for {
+				st := ctrl.Stats()
+				samples = append(samples, StormSample{
+					T: time.Since(start), Limit: st.Dispatcher.Limit, InFlight: st.Dispatcher.InFlight, Latency: st.Dispatcher.Latency,
+					Depth: st.Queue.Depth, Capacity: st.Capacity, Applied: rec.ok.Load(),
+				})
+				select {
+				case <-sctx.Done():
+					return
+				case <-t.C:
+				}
+			}
+		})
+	}
+	if run.during != nil {
+		sampling.Go(func() { run.during(sctx) })
+	}
+	if err := s.flip(ctx); err != nil {
+		return stormResult{}, err
+	}
+	// Every route needs one successful patch (a second one would fail its
+	// resourceVersion precondition); then the informer must show them.
+	err = poll(ctx, 20*time.Millisecond, "a successful patch per storm route", func() error {
+		if n := rec.ok.Load(); n < int64(len(s.keys)) {
+			return fmt.Errorf("%d of %d routes patched (%d failed, first error %v)", n, len(s.keys), rec.failed.Load(), rec.err())
+		}
+		return nil
+	})
+	stopSampling()
+	sampling.Wait()
+	if err != nil {
+		return stormResult{}, err
+	}
+	res := stormResult{took: unixTime(rec.lastOK.Load()).Sub(start), samples: samples}
+	if err := s.waitConverged(ctx); err != nil {
+		return res, err
+	}
+	// Patches still queued or in flight then go out too (and fail their
+	// precondition): wait for the queue to empty before counting.
+	err = poll(ctx, 50*time.Millisecond, "the controller idle after the storm", func() error {
+		if st := ctrl.Stats(); st.Queue.Depth > 0 || st.Dispatcher.InFlight > 0 {
+			return fmt.Errorf("%d patches queued, %d in flight", st.Queue.Depth, st.Dispatcher.InFlight)
+		}
+		return nil
+	})
+	res.patches, res.failed, res.stats, res.rebuilt = rec.done(), rec.failed.Load(), ctrl.Stats(), rebuilt.Load()
+	if err != nil {
+		return res, err
+	}
+	return res, halt()
+}
+
+// sameStatus reports whether p sets the status desired.
+func sameStatus(p statuspatch.MergePatch, desired gatewayv1.HTTPRouteStatus) bool {
+	var body statusBody
+	if err := json.Unmarshal(p.Status, &body); err != nil {
+		return false
+	}
+	return routestatus.Equal(gatewayv1.HTTPRouteStatus{RouteStatus: gatewayv1.RouteStatus{Parents: body.Parents}}, desired)
+}
+
+// plainModes are the plain client's concurrencies in BenchmarkStorm.
+var plainModes = []int{1, 4, 16, 64}
+
+// BenchmarkStorm measures a storm: a change that alters the status of every
+// one of QP_PERF_STORM_ROUTES routes (10,000; 50,000 for the large run) at
+// once — their Gateway's allowedRoutes flips, so they all go from Accepted
+// to NotAllowedByListeners, or back. Each mode handles one flip, each in
+// the other direction than the one before, starting from converged
+// statuses; both directions cost one status patch per route.
+//
+//   - adaptive: quietpatch.New as a user builds it — defaults (adaptive
+//     in-flight limit, automatic capacity following the drain rate, Interval
+//     10 s, MaxAge 20 s), the storm routes' informer as its Source, the
+//     Gateway's events enqueueing every route —, with its status client
+//     from statuspatch.NewStatusPatcherForConfig under a ServiceAccount
+//     that may only patch HTTPRoute statuses (no client rate limit).
+//   - plain-1, plain-4, plain-16, plain-64: the plain client at those
+//     concurrencies: N goroutines computing each route's status and sending
+//     the same merge patch with the same identity, nothing else.
+//
+// Reported: routes/s, from the Gateway update to the answer of the last
+// successful patch. For adaptive also, in fractions of N: expired/N
+// (patches dropped by the queue for waiting longer than MaxAge), rebuilt/N
+// (patches built for a route whose waiting patch already had the same
+// status: the reconciler should leave such a route alone, counting it
+// "queued"), superseded/N (waiting patches replaced by a newer one),
+// queued/N, and extra/N (patch calls beyond one per route, counted once the
+// queue is empty after the storm: patches built from an informer that had
+// not yet seen the route's previous patch, which fail their
+// resourceVersion precondition); the in-flight limit's median
+// (limit-median) and the queue's final capacity. The adaptive run's state is sampled every
+// QP_PERF_STORM_SAMPLE (100 ms) into StormCSVFile and StormPlotFile in
+// QP_PLOTS_DIR ($TMPDIR/quietpatch-perf if unset).
+//
+// Goals: adaptive ≥ 0.9 × the plain client at its best concurrency of the
+// same run; expired/N and rebuilt/N ≤ 1 %.
+func BenchmarkStorm(b *testing.B) {
+	w := shared.get(b)
+	s := storms.get(b, w)
+	ctx := benchContext(b, 60*time.Minute)
+	n := len(s.keys)
+	run := func(name string, f func(b *testing.B) (stormResult, error)) {
+		b.Run(name, func(b *testing.B) {
+			res, err := f(b)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Logf("%s: %d routes in %v, %d patches answered (%d failed)", name, n, res.took.Round(time.Millisecond), res.patches, res.failed)
+			b.ReportMetric(res.routesPerSecond(n), "routes/s")
+		})
+	}
+	for _, workers := range plainModes[:3] {
+		run(fmt.Sprintf("plain-%d", workers), func(*testing.B) (stormResult, error) { return s.runPlain(ctx, workers) })
+	}
+	b.Run("adaptive", func(b *testing.B) {
+		res, err := s.runController(ctx, b, controllerRun{sample: w.cfg.StormSample})
+		if err != nil {
+			b.Fatal(err)
+		}
+		st := res.stats
+		b.Logf("adaptive: %d routes in %v, %d patches answered (%d failed); queue %+v, capacity %d; reconciler %+v; dispatcher %+v; rebuilt %d",
+			n, res.took.Round(time.Millisecond), res.patches, res.failed, st.Queue, st.Capacity, st.Reconciler, st.Dispatcher, res.rebuilt)
+		frac := func(v int64) float64 { return float64(v) / float64(n) }
+		b.ReportMetric(res.routesPerSecond(n), "routes/s")
+		b.ReportMetric(frac(st.Queue.DroppedExpired), "expired/N")
+		b.ReportMetric(frac(res.rebuilt), "rebuilt/N")
+		b.ReportMetric(frac(st.Queue.Superseded), "superseded/N")
+		b.ReportMetric(frac(st.Reconciler.Objects["queued"]), "queued/N")
+		b.ReportMetric(frac(res.patches-int64(n)), "extra/N")
+		var lim limitSampler
+		for _, smp := range res.samples {
+			lim.limits = append(lim.limits, smp.Limit)
+		}
+		b.ReportMetric(lim.median(), "limit-median")
+		b.ReportMetric(float64(st.Capacity), "capacity")
+		dir := w.cfg.PlotsDir
+		if dir == "" {
+			dir = filepath.Join(os.TempDir(), "quietpatch-perf")
+		}
+		written, err := WriteStorm(dir, res.samples)
+		if err != nil {
+			b.Error(err)
+		}
+		b.Logf("storm samples and plot: %v", written)
+	})
+	run("plain-64", func(*testing.B) (stormResult, error) { return s.runPlain(ctx, plainModes[3]) })
+}
