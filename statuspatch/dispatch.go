@@ -198,15 +198,19 @@ type DispatcherStats struct {
 // to one call at a time, so two patches of one object never race. With
 // DispatcherConfig.Workers set, at most Workers calls are in flight. By
 // default the in-flight limit adapts, between 1 and MaxInFlight, to what
-// the API server absorbs, the way a load balancer reads a backend: it
-// compares the Peak-EWMA of the patch latency (quietpatch.dispatch.latency)
-// with the best latency seen over the last 10 to 20 seconds. The calls the
-// latency says are waiting at the server, limit × (1 − best/estimate),
-// decide: fewer than 3 and the limit grows — by one per call until the
-// first sign of congestion (slow start), then by one per limit calls
-// (additive increase) — as long as the limit is used; more than 6 and it
-// shrinks by 10 % (multiplicative decrease). A call throttled (429) or
-// timed out halves it. It shrinks at most once per max(250 ms, latency).
+// the API server absorbs, the way a load balancer reads a backend: once per
+// round (max(100 ms, latency)) it compares the Peak-EWMA of the rounds'
+// mean patch latency (quietpatch.dispatch.latency.peak_ewma) with the
+// lowest round mean of the last 10 to 20 seconds. The latency holds while the
+// calls it says are waiting at the server, limit × (1 − best/estimate), are
+// fewer than 3, or the estimate is within 1.5 × the best: then, if the
+// limit was in use, it grows — doubling per round until the first sign of
+// congestion (slow start), then by one per round (additive increase). The
+// latency rises when more than 6 calls wait and the estimate is above
+// 2 × the best: then the limit shrinks by 10 % (multiplicative decrease).
+// A call throttled (429) or timed out halves it, at most once per round.
+// Once a window the limit drops to 1 for a round to measure the base
+// latency afresh.
 // A 429 carrying Retry-After holds every call back until then (counted in
 // Stats().RetryAfters). client-go retries a 429 by itself unless the
 // request says not to: [NewStatusPatcherForConfig] builds a patcher that

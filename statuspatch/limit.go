@@ -21,6 +21,13 @@ const (
 	// above beta it shrinks.
 	limitAlpha = 3.0
 	limitBeta  = 6.0
+	// limitRatioLow and limitRatioHigh bound the latency estimate against
+	// the best: below Low the latency holds whatever the calls in flight
+	// (a long round trip adds no queueing), and the limit shrinks only
+	// above High. Without them a long round trip, plus the CPU a busy
+	// client itself adds, would read as calls queued at the server.
+	limitRatioLow  = 1.5
+	limitRatioHigh = 2.0
 	// limitDecrease is the factor of a decrease on rising latency;
 	// limitBackoff the factor on a throttled or timed-out call.
 	limitDecrease = 0.9
@@ -56,7 +63,7 @@ type limiter struct {
 	held        int        // permits held (by workers, in a call or about to be)
 	calls       int        // calls in progress
 	slowStart   bool       // double per round until the first congestion
-	best        [2]float64 // minimum latency (s) of the current and the previous window; 0: none
+	best        [2]float64 // lowest round mean latency (s) of the current and the previous window; 0: none
 	bestFrom    time.Time  // start of the current window
 	roundFrom   time.Time  // start of the current round
 	roundSum    float64    // latencies (s) of the round's calls
@@ -174,11 +181,15 @@ func (l *limiter) doneAt(now time.Time, latency time.Duration, err error) {
 // sampleLocked takes one call into account. Throttled and timed-out calls
 // halve an adaptive limit at once (at most once per round). Otherwise the
 // call's latency goes into the round; at the end of a round — max(
-// limitRound, latency estimate) — the estimate takes the round's mean, and
-// an adaptive limit moves: the calls the latency says wait at the server,
-// limit × (1 − best/estimate), below alpha grow the limit (doubling in
-// slow start, then +1 per round) if the limit was in use during the round;
-// above beta they shrink it by 10 %.
+// limitRound, latency estimate) — the estimate takes the round's mean, the
+// lowest round mean of the window is the best latency (a mean against a
+// mean: the fastest single call would make every round look queued), and
+// an adaptive limit moves. The latency holds when the calls it says wait
+// at the server, limit × (1 − best/estimate), are fewer than alpha, or the
+// estimate is below 1.5 × the best: then the limit grows (doubling in slow
+// start, then +1 per round) if it was in use during the round. It rises
+// when more than beta calls wait and the estimate is above 2 × the best:
+// then the limit shrinks by 10 %.
 func (l *limiter) sampleLocked(now time.Time, latency time.Duration, err error, saturated bool) {
 	switch outcome.Of(err) {
 	case outcome.Throttled, outcome.Timeout:
@@ -189,17 +200,17 @@ func (l *limiter) sampleLocked(now time.Time, latency time.Duration, err error, 
 	case outcome.Canceled, outcome.Error:
 		return // says nothing about the server's latency
 	}
-	sample := latency.Seconds()
-	if sample > 0 && (l.best[0] == 0 || sample < l.best[0]) {
-		l.best[0] = sample
-	}
-	l.roundSum += sample
+	l.roundSum += latency.Seconds()
 	l.roundN++
 	l.usedInRound = l.usedInRound || saturated
 	if now.Sub(l.roundFrom) < l.roundLocked(now) {
 		return
 	}
-	l.est.UpdateAt(now, l.roundSum/float64(l.roundN))
+	mean := l.roundSum / float64(l.roundN)
+	l.est.UpdateAt(now, mean)
+	if mean > 0 && (l.best[0] == 0 || mean < l.best[0]) {
+		l.best[0] = mean // the best round, comparable with the estimate
+	}
 	used := l.usedInRound
 	l.roundFrom, l.roundSum, l.roundN, l.usedInRound = now, 0, 0, false
 	if !l.adaptive {
@@ -229,11 +240,12 @@ func (l *limiter) sampleLocked(now time.Time, latency time.Duration, err error, 
 		return
 	}
 	queued := l.limit * (1 - best/est) // calls the latency says wait at the server
+	ratio := est / best
 	switch {
-	case queued > limitBeta:
+	case queued > limitBeta && ratio > limitRatioHigh:
 		l.slowStart = false
 		l.limit = math.Max(1, l.limit*limitDecrease)
-	case queued < limitAlpha && used:
+	case (queued < limitAlpha || ratio < limitRatioLow) && used:
 		if l.slowStart {
 			l.limit *= 2
 		} else {
