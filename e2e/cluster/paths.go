@@ -99,6 +99,15 @@ func missingBinary(dir string) string {
 
 // findModuleDir locates the directory of the e2e module's go.mod.
 func findModuleDir() (string, error) {
+	return FindModule(ModulePath, "")
+}
+
+// FindModule walks up from the working directory and, failing that, from
+// this source file, and returns the first directory d/sub whose go.mod
+// declares module modulePath (sub "" means d itself). The tests, the demo
+// and the benchmarks find the library, the examples and this module with
+// it, wherever `go test` runs them from.
+func FindModule(modulePath, sub string) (string, error) {
 	var starts []string
 	if wd, err := os.Getwd(); err == nil {
 		starts = append(starts, wd)
@@ -108,31 +117,33 @@ func findModuleDir() (string, error) {
 	}
 	for _, start := range starts {
 		for d := start; ; d = filepath.Dir(d) {
-			if isE2EModule(filepath.Join(d, "go.mod")) {
-				return d, nil
+			cand := filepath.Join(d, sub)
+			if ModulePathOf(filepath.Join(cand, "go.mod")) == modulePath {
+				return cand, nil
 			}
 			if filepath.Dir(d) == d {
 				break
 			}
 		}
 	}
-	return "", fmt.Errorf("no go.mod of module %s above %s", ModulePath, strings.Join(starts, " or "))
+	return "", fmt.Errorf("no %s of module %s above %s", filepath.Join(sub, "go.mod"), modulePath, strings.Join(starts, " or "))
 }
 
-func isE2EModule(gomod string) bool {
+// ModulePathOf returns the module path the go.mod file gomod declares, or ""
+// when it cannot be read or declares none.
+func ModulePathOf(gomod string) string {
 	f, err := os.Open(gomod)
 	if err != nil {
-		return false
+		return ""
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if rest, ok := strings.CutPrefix(line, "module"); ok {
-			return strings.Trim(strings.TrimSpace(rest), `"`) == ModulePath
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "module"); ok {
+			return strings.Trim(strings.TrimSpace(rest), `"`)
 		}
 	}
-	return false
+	return ""
 }
 
 // gatewayAPIVersion is the version of sigs.k8s.io/gateway-api linked into the

@@ -151,7 +151,7 @@ func TestFindModuleDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !isE2EModule(filepath.Join(dir, "go.mod")) {
+	if ModulePathOf(filepath.Join(dir, "go.mod")) != ModulePath {
 		t.Fatalf("%s/go.mod is not module %s", dir, ModulePath)
 	}
 }

@@ -1,20 +1,19 @@
 package examplee2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"strings"
 	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/quietpatch/quietpatch/e2e/cluster"
 )
 
 // ExamplesModule is the module path of the examples module.
@@ -30,39 +29,11 @@ const ControllerBinary = "httproute-status"
 // module ExamplesModule found in a sibling "examples" directory of a parent
 // of the working directory or of this source file.
 func ExamplesDir() (string, error) {
-	var starts []string
-	if wd, err := os.Getwd(); err == nil {
-		starts = append(starts, wd)
-	}
-	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
-		starts = append(starts, filepath.Dir(file))
-	}
-	for _, start := range starts {
-		for d := start; ; d = filepath.Dir(d) {
-			cand := filepath.Join(d, "examples")
-			if modulePath(filepath.Join(cand, "go.mod")) == ExamplesModule {
-				return cand, nil
-			}
-			if filepath.Dir(d) == d {
-				break
-			}
-		}
-	}
-	return "", fmt.Errorf("examplee2e: no examples/go.mod of module %s above %s", ExamplesModule, strings.Join(starts, " or "))
-}
-
-func modulePath(gomod string) string {
-	b, err := os.ReadFile(gomod)
+	dir, err := cluster.FindModule(ExamplesModule, "examples")
 	if err != nil {
-		return ""
+		return "", fmt.Errorf("examplee2e: %w", err)
 	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "module"); ok {
-			return strings.Trim(strings.TrimSpace(rest), `"`)
-		}
-	}
-	return ""
+	return dir, nil
 }
 
 // DeployDir is the example's deploy directory (RBAC manifests) inside the

@@ -1,18 +1,18 @@
 package monitoring
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strings"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/quietpatch/quietpatch/e2e/cluster"
 )
 
 // Files of the monitoring directory (Dir).
@@ -62,40 +62,11 @@ func Dir() (string, error) {
 // found by walking up from the working directory and, failing that, from
 // this source file.
 func repoRoot() (string, error) {
-	var starts []string
-	if wd, err := os.Getwd(); err == nil {
-		starts = append(starts, wd)
-	}
-	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
-		starts = append(starts, filepath.Dir(file))
-	}
-	for _, start := range starts {
-		for d := start; ; d = filepath.Dir(d) {
-			if modulePath(filepath.Join(d, "go.mod")) == RootModulePath {
-				return d, nil
-			}
-			if filepath.Dir(d) == d {
-				break
-			}
-		}
-	}
-	return "", fmt.Errorf("%w: no go.mod of module %s above %s; set %s", ErrNotFound, RootModulePath, strings.Join(starts, " or "), DirEnv)
-}
-
-// modulePath returns the module path a go.mod declares, or "".
-func modulePath(gomod string) string {
-	f, err := os.Open(gomod)
+	root, err := cluster.FindModule(RootModulePath, "")
 	if err != nil {
-		return ""
+		return "", fmt.Errorf("%w: %v; set %s", ErrNotFound, err, DirEnv)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "module"); ok {
-			return strings.Trim(strings.TrimSpace(rest), `"`)
-		}
-	}
-	return ""
+	return root, nil
 }
 
 // Query is one PromQL expression of the rules or the dashboard.

@@ -87,18 +87,24 @@ func WriteCSV(w io.Writer, samples []Sample) error {
 // ReadCSV reads what WriteCSV wrote. It returns an error wrapping ErrBadCSV,
 // with the line number, when a line does not parse.
 func ReadCSV(r io.Reader) ([]Sample, error) {
+	return readCSV(r, csvHeader, parseSample)
+}
+
+// readCSV reads a CSV whose first line must be header, parsing every later
+// line with parse. Its errors wrap ErrBadCSV and name the line.
+func readCSV[T any](r io.Reader, header []string, parse func([]string) (T, error)) ([]T, error) {
 	cr := csv.NewReader(r)
-	cr.FieldsPerRecord = len(csvHeader)
+	cr.FieldsPerRecord = len(header)
 	head, err := cr.Read()
 	if err != nil {
 		return nil, fmt.Errorf("%w: header: %v", ErrBadCSV, err)
 	}
-	for i, h := range csvHeader {
+	for i, h := range header {
 		if head[i] != h {
 			return nil, fmt.Errorf("%w: header column %d is %q, want %q", ErrBadCSV, i+1, head[i], h)
 		}
 	}
-	var out []Sample
+	var out []T
 	for line := 2; ; line++ {
 		rec, err := cr.Read()
 		if errors.Is(err, io.EOF) {
@@ -107,11 +113,11 @@ func ReadCSV(r io.Reader) ([]Sample, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrBadCSV, err)
 		}
-		s, err := parseSample(rec)
+		v, err := parse(rec)
 		if err != nil {
 			return nil, fmt.Errorf("%w: line %d: %v", ErrBadCSV, line, err)
 		}
-		out = append(out, s)
+		out = append(out, v)
 	}
 }
 

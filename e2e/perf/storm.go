@@ -2,7 +2,6 @@ package perf
 
 import (
 	"encoding/csv"
-	"errors"
 	"fmt"
 	"image/color"
 	"io"
@@ -81,32 +80,7 @@ func WriteStormCSV(w io.Writer, samples []StormSample) error {
 // ReadStormCSV reads what WriteStormCSV wrote. It returns an error wrapping
 // ErrBadCSV, with the line number, when a line does not parse.
 func ReadStormCSV(r io.Reader) ([]StormSample, error) {
-	cr := csv.NewReader(r)
-	cr.FieldsPerRecord = len(stormHeader)
-	head, err := cr.Read()
-	if err != nil {
-		return nil, fmt.Errorf("%w: header: %v", ErrBadCSV, err)
-	}
-	for i, h := range stormHeader {
-		if head[i] != h {
-			return nil, fmt.Errorf("%w: header column %d is %q, want %q", ErrBadCSV, i+1, head[i], h)
-		}
-	}
-	var out []StormSample
-	for line := 2; ; line++ {
-		rec, err := cr.Read()
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrBadCSV, err)
-		}
-		s, err := parseStormSample(rec)
-		if err != nil {
-			return nil, fmt.Errorf("%w: line %d: %v", ErrBadCSV, line, err)
-		}
-		out = append(out, s)
-	}
+	return readCSV(r, stormHeader, parseStormSample)
 }
 
 func parseStormSample(rec []string) (StormSample, error) {
