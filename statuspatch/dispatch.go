@@ -146,9 +146,10 @@ type DispatcherStats struct {
 	// Limit is the number of calls allowed in flight now: Workers when
 	// fixed, the adaptive limit otherwise.
 	Limit int
-	// DrainRate is what the dispatcher can apply at its current limit and
-	// latency, Limit / Latency, in patches per second (0 before the first
-	// call).
+	// DrainRate is what the dispatcher can apply at its limit and latency,
+	// Limit / Latency, in patches per second (0 before the first call).
+	// During the adaptive limit's probe round (one call, once a window) it
+	// uses the limit the probe restores.
 	DrainRate float64
 	// Backoff is how long no call may start yet, because the API server
 	// answered a call with 429 Too Many Requests and Retry-After.
@@ -592,9 +593,7 @@ func (d *Dispatcher[P]) Stats() DispatcherStats {
 		Backoff:     backoff,
 		RetryAfters: retryAfters,
 	}
-	if latency > 0 {
-		s.DrainRate = float64(limit) / latency
-	}
+	s.DrainRate = d.lim.drainRateAt(d.clock.Now())
 	for i, o := range outcome.All() {
 		if n := d.patches[i].Load(); n > 0 {
 			s.Patches[o] = n

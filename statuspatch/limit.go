@@ -288,6 +288,24 @@ func (l *limiter) stateAt(now time.Time) (limit int, latency float64, backoff ti
 	return int(l.limit), l.est.ValueAt(now), max(l.blockUntil.Sub(now), 0), l.retryAfters
 }
 
+// drainRateAt returns what the calls can apply per second at the limit and
+// the latency estimate: limit / estimate, 0 without an estimate. During a
+// probe round it uses the limit the probe will restore, so that one round
+// at a single call does not read as the dispatcher's rate.
+func (l *limiter) drainRateAt(now time.Time) float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	latency := l.est.ValueAt(now)
+	if latency <= 0 {
+		return 0
+	}
+	limit := l.limit
+	if l.probeSaved > 0 {
+		limit = l.probeSaved
+	}
+	return math.Floor(limit) / latency
+}
+
 // retryAfter returns the delay a throttled call's answer asks for: a 429
 // carrying Retry-After.
 func retryAfter(err error) (time.Duration, bool) {

@@ -215,6 +215,12 @@ func TestLimiterProbesAndForgetsTheBestLatency(t *testing.T) {
 	if r.limit() != 1 {
 		t.Fatalf("limit %v at a new window, want a probe round at 1", r.limit())
 	}
+	// The drain rate (what the queue's capacity follows) is the limit's,
+	// not the probe round's: 10 calls / the estimate.
+	_, est, _, _ := r.l.stateAt(r.now)
+	if got, want := r.l.drainRateAt(r.now), 10/est; math.Abs(got-want) > 1e-9 {
+		t.Fatalf("drain rate during the probe round %.1f/s, want %.1f/s (10 calls / %.3f s)", got, want, est)
+	}
 	r.round(50*time.Millisecond, 50*time.Millisecond, nil, 1)
 	if r.limit() != 10 {
 		t.Fatalf("limit %v after the probe round, want 10 back", r.limit())

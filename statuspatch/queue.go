@@ -1079,7 +1079,9 @@ func (q *PatchQueue[T]) Close() {
 
 // roomSignal returns a channel that is closed once at least n slots are
 // free — at once if they are now — or the queue is closed. The queue keeps
-// one such signal: a new call closes the previous one's channel. The
+// one such signal: a new call closes the previous one's channel. When the
+// capacity changes while it waits, n scales with it: the signal waits for
+// the same share of the queue. The
 // reconciler waits on it to resume a pass halted on a full queue. Every
 // change that may free a slot wakes a blocked producer (wakeSendLocked),
 // which checks the signal too.
@@ -1145,6 +1147,10 @@ func (q *PatchQueue[T]) SetCapacity(n int) error {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.room != nil {
+		// The signal waits for the same share of the queue.
+		q.roomN = max(1, int(int64(q.roomN)*int64(n)/int64(q.capacity)))
+	}
 	q.capacity = n
 	q.idleMax = n
 	q.wakeSendLocked()

@@ -93,12 +93,37 @@ func TestQueueRoomSignal(t *testing.T) {
 	})
 	t.Run("when the capacity grows", func(t *testing.T) {
 		q := full(t)
-		room := q.roomSignal(2)
+		room := q.roomSignal(2) // half the queue
 		if err := q.SetCapacity(6); err != nil {
 			t.Fatal(err)
 		}
+		if isClosed(room) {
+			t.Fatal("closed with 2 of 6 slots free, want half the queue (3)")
+		}
+		if err := q.SetCapacity(8); err != nil {
+			t.Fatal(err)
+		}
 		if !isClosed(room) {
-			t.Fatal("not closed once the capacity grew by 2")
+			t.Fatal("not closed with 4 of 8 slots free")
+		}
+	})
+	// The reconciler waits for half the queue; when the capacity shrinks
+	// meanwhile (it follows the drain rate), it still waits for half, not
+	// for more slots than the queue has left to free.
+	t.Run("when the capacity shrinks", func(t *testing.T) {
+		q := full(t)
+		room := q.roomSignal(2) // half the queue
+		if err := q.SetCapacity(2); err != nil {
+			t.Fatal(err)
+		}
+		receive(t, q)
+		receive(t, q)
+		if isClosed(room) {
+			t.Fatal("closed with 2 waiting in a queue of 2")
+		}
+		receive(t, q)
+		if !isClosed(room) {
+			t.Fatal("not closed with 1 of 2 slots free")
 		}
 	})
 	t.Run("when the queue closes", func(t *testing.T) {
