@@ -114,7 +114,16 @@ func TestManagerLeaderElectionOn(t *testing.T) {
 		t.Fatal("manager b was elected: the test no longer shows the pipeline writing on a replica whose manager is not the leader")
 	default:
 	}
-	dA, dB := a.ctrl.Stats().Dispatcher.Patches["ok"]-okA, b.ctrl.Stats().Dispatcher.Patches["ok"]-okB
+	// The API server commits the write before its answer reaches the
+	// dispatcher, which counts it then: wait for the count, then for the
+	// leading pipeline to be idle (a second write would show).
+	var dA, dB int64
+	poll(t, 10*time.Second, 20*time.Millisecond, "the write is counted", func() (bool, string, error) {
+		dA, dB = a.ctrl.Stats().Dispatcher.Patches["ok"]-okA, b.ctrl.Stats().Dispatcher.Patches["ok"]-okB
+		return dA+dB > 0, fmt.Sprintf("a %d, b %d", dA, dB), nil
+	})
+	quiesce(t, b.ctrl)
+	dA, dB = a.ctrl.Stats().Dispatcher.Patches["ok"]-okA, b.ctrl.Stats().Dispatcher.Patches["ok"]-okB
 	t.Logf("manager leader a; quietpatch leader b; the change was written by a: %d patches, b: %d", dA, dB)
 	if dA != 0 || dB != 1 {
 		t.Errorf("patches after the hand-over: a %d, b %d; want 0 and 1", dA, dB)
