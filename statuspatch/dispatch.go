@@ -357,8 +357,7 @@ func (d *Dispatcher[P]) claimMargin() time.Duration {
 	// Twice the latency estimate, at least DefaultClaimMargin, at most half
 	// of PatchTimeout: a slow server must not stop every call (the estimate
 	// only moves when calls are made).
-	_, latency, _, _ := d.lim.stateAt(d.clock.Now())
-	est := time.Duration(2 * latency * float64(time.Second))
+	est := time.Duration(2 * d.lim.stateAt(d.clock.Now()).latency * float64(time.Second))
 	return min(max(DefaultClaimMargin, est), d.timeout/2)
 }
 
@@ -582,18 +581,18 @@ func (d *Dispatcher[P]) Quiesce(ctx context.Context, epoch int64) bool {
 
 // Stats returns the dispatcher's counters.
 func (d *Dispatcher[P]) Stats() DispatcherStats {
-	limit, latency, backoff, retryAfters := d.lim.stateAt(d.clock.Now())
+	lim := d.lim.stateAt(d.clock.Now())
 	s := DispatcherStats{
 		Patches:     make(map[outcome.Outcome]int64, numOutcomes),
 		Dropped:     make(map[DropReason]int64, numDropReasons),
 		InFlight:    int(d.inFlight.Load()),
 		Unanswered:  d.unanswered.Load(),
-		Latency:     time.Duration(latency * float64(time.Second)),
-		Limit:       limit,
-		Backoff:     backoff,
-		RetryAfters: retryAfters,
+		Latency:     time.Duration(lim.latency * float64(time.Second)),
+		Limit:       lim.limit,
+		DrainRate:   lim.drainRate,
+		Backoff:     lim.backoff,
+		RetryAfters: lim.retryAfters,
 	}
-	s.DrainRate = d.lim.drainRateAt(d.clock.Now())
 	for i, o := range outcome.All() {
 		if n := d.patches[i].Load(); n > 0 {
 			s.Patches[o] = n

@@ -280,30 +280,32 @@ func (l *limiter) broadcastLocked() {
 	l.changed = make(chan struct{})
 }
 
-// stateAt returns the limit, the latency estimate, the back-off left and
-// the Retry-After waits.
-func (l *limiter) stateAt(now time.Time) (limit int, latency float64, backoff time.Duration, retryAfters int64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return int(l.limit), l.est.ValueAt(now), max(l.blockUntil.Sub(now), 0), l.retryAfters
+// limiterState is a consistent snapshot of a limiter.
+type limiterState struct {
+	limit       int           // calls admitted at once now
+	latency     float64       // latency estimate (s); 0: none yet
+	drainRate   float64       // patches/s the limit and the estimate allow
+	backoff     time.Duration // left of a Retry-After window
+	retryAfters int64         // Retry-After waits honoured
 }
 
-// drainRateAt returns what the calls can apply per second at the limit and
-// the latency estimate: limit / estimate, 0 without an estimate. During a
-// probe round it uses the limit the probe will restore, so that one round
-// at a single call does not read as the dispatcher's rate.
-func (l *limiter) drainRateAt(now time.Time) float64 {
+// stateAt returns the limiter's state at now. The drain rate is limit /
+// estimate (0 without an estimate); during a probe round it uses the limit
+// the probe will restore, so that one round at a single call does not read
+// as the dispatcher's rate.
+func (l *limiter) stateAt(now time.Time) limiterState {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	latency := l.est.ValueAt(now)
-	if latency <= 0 {
-		return 0
+	st := limiterState{limit: int(l.limit), latency: l.est.ValueAt(now),
+		backoff: max(l.blockUntil.Sub(now), 0), retryAfters: l.retryAfters}
+	if st.latency > 0 {
+		steady := l.limit
+		if l.probeSaved > 0 {
+			steady = l.probeSaved
+		}
+		st.drainRate = math.Floor(steady) / st.latency
 	}
-	limit := l.limit
-	if l.probeSaved > 0 {
-		limit = l.probeSaved
-	}
-	return math.Floor(limit) / latency
+	return st
 }
 
 // retryAfter returns the delay a throttled call's answer asks for: a 429

@@ -173,8 +173,8 @@ func TestLimiterHonoursRetryAfter(t *testing.T) {
 		if !r.l.tryAcquireAt(r.now.Add(2 * time.Second)) {
 			t.Errorf("adaptive=%v: no permit once the window ended", adaptive)
 		}
-		if _, _, backoff, n := r.l.stateAt(r.now.Add(500 * time.Millisecond)); backoff != 1500*time.Millisecond || n != 1 {
-			t.Errorf("adaptive=%v: backoff %v, retry-afters %d; want 1.5s and 1", adaptive, backoff, n)
+		if st := r.l.stateAt(r.now.Add(500 * time.Millisecond)); st.backoff != 1500*time.Millisecond || st.retryAfters != 1 {
+			t.Errorf("adaptive=%v: backoff %v, retry-afters %d; want 1.5s and 1", adaptive, st.backoff, st.retryAfters)
 		}
 	}
 }
@@ -217,9 +217,9 @@ func TestLimiterProbesAndForgetsTheBestLatency(t *testing.T) {
 	}
 	// The drain rate (what the queue's capacity follows) is the limit's,
 	// not the probe round's: 10 calls / the estimate.
-	_, est, _, _ := r.l.stateAt(r.now)
-	if got, want := r.l.drainRateAt(r.now), 10/est; math.Abs(got-want) > 1e-9 {
-		t.Fatalf("drain rate during the probe round %.1f/s, want %.1f/s (10 calls / %.3f s)", got, want, est)
+	st := r.l.stateAt(r.now)
+	if got, want := st.drainRate, 10/st.latency; math.Abs(got-want) > 1e-9 {
+		t.Fatalf("drain rate during the probe round %.1f/s, want %.1f/s (10 calls / %.3f s)", got, want, st.latency)
 	}
 	r.round(50*time.Millisecond, 50*time.Millisecond, nil, 1)
 	if r.limit() != 10 {

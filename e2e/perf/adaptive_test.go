@@ -1,6 +1,7 @@
 package perf
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -223,12 +224,7 @@ func (l *limitSampler) watch(st *stack) (stop func()) {
 func (l *limitSampler) median() float64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.limits) == 0 {
-		return 0
-	}
-	s := slices.Clone(l.limits)
-	slices.Sort(s)
-	return float64(s[len(s)/2])
+	return float64(median(l.limits))
 }
 
 func (l *limitSampler) final() float64 {
@@ -243,12 +239,18 @@ func (l *limitSampler) final() float64 {
 func (l *limitSampler) medianLatency() time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.latency) == 0 {
-		return 0
+	return median(l.latency)
+}
+
+// median returns the upper median of s (s is not changed), or zero.
+func median[T cmp.Ordered](s []T) T {
+	if len(s) == 0 {
+		var zero T
+		return zero
 	}
-	s := slices.Clone(l.latency)
-	slices.Sort(s)
-	return s[len(s)/2]
+	c := slices.Clone(s)
+	slices.Sort(c)
+	return c[len(c)/2]
 }
 
 // summary lists the limits sampled, one every 250 ms at most, for the log.
