@@ -118,6 +118,22 @@ func TestLimiterSlowStartThenAdditiveIncrease(t *testing.T) {
 	}
 }
 
+// The best latency is the lowest round mean, comparable with the
+// estimate (a Peak-EWMA of round means): a round of calls of 2 and 18 ms
+// has a mean of 10 ms, and at that best nothing queues, so the limit
+// grows. Taken from the fastest single call (2 ms), the same round would
+// read as 8 of 10 calls queued at 5× the best, and shrink the limit.
+func TestLimiterBestIsTheLowestRoundMean(t *testing.T) {
+	r := newLrig(t, true, 64)
+	r.l.limit, r.l.slowStart = 10, false
+	r.step(time.Millisecond)
+	r.call(2*time.Millisecond, 0, nil, 10) // inside the round
+	r.round(18*time.Millisecond, 10*time.Millisecond, nil, 10)
+	if got := r.limit(); got != 11 {
+		t.Fatalf("limit %v after a round of 2 and 18 ms calls, want 11 (best = the round's mean, 10 ms)", got)
+	}
+}
+
 // Throttled and timed-out calls halve the limit at once, at most once per
 // round; never below 1.
 func TestLimiterThrottledAndTimeoutsHalve(t *testing.T) {
