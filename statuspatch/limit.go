@@ -3,13 +3,16 @@ package statuspatch
 import (
 	"context"
 	"math"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/clock"
 
 	"github.com/quietpatch/quietpatch/ewma"
+	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
@@ -43,47 +46,69 @@ const (
 	latencyTau = 2 * time.Second
 )
 
-// limiter decides how many patch calls may be in flight at once, keeps the
-// latency estimate, and holds every call back during a server's
-// Retry-After. Fixed, it admits up to max calls; adaptive, it moves its
-// limit between 1 and max from what it observes. Methods ending in At take
-// the time explicitly, for tests.
+// limiter admits patch calls: a semaphore whose size is fixed (Workers) or
+// adaptive, with FIFO waiters, a Retry-After window that holds every call
+// back, and the fence that scopes calls to the claim they were started
+// under. One mutex guards it all. Methods ending in At take the time, for
+// tests.
 //
 // The latency estimate is a Peak-EWMA (package ewma) fed once per round
 // with the mean latency of the round's calls: it rises at once when the
 // server slows down, and one slow call among many does not move it.
 type limiter struct {
-	clk      clock.PassiveClock
+	clk      clock.WithTicker
 	adaptive bool
 	max      float64
-	est      *ewma.Gauge // seconds
+	est      *ewma.Gauge   // seconds
+	estimate atomic.Uint64 // float64 bits of est at its last update
 
 	mu          sync.Mutex
-	limit       float64    // calls admitted at once (floor)
-	held        int        // permits held (by workers, in a call or about to be)
-	calls       int        // calls in progress
-	slowStart   bool       // double per round until the first congestion
-	best        [2]float64 // lowest round mean latency (s) of the current and the previous window; 0: none
-	bestFrom    time.Time  // start of the current window
-	roundFrom   time.Time  // start of the current round
-	roundSum    float64    // latencies (s) of the round's calls
-	roundN      int        //
-	usedInRound bool       // a call of the round ended with the limit in use
-	probeSaved  float64    // during a probe round, the limit to restore; else 0
+	limit       float64         // calls admitted at once (floor)
+	held        int             // permits held (by workers, in a call or about to be)
+	calls       int             // calls in progress
+	waiters     []chan struct{} // FIFO; closed when granted
+	since       map[int64]int64 // call id → unix nanos it began, for Healthy
+	nextID      int64
+	cur         *epochCalls   // the newest epoch seen; nil before any
+	idle        chan struct{} // closed and replaced when a call ends
+	slowStart   bool          // double per round until the first congestion
+	best        [2]float64    // lowest round mean latency (s) of the current and the previous window; 0: none
+	bestFrom    time.Time     // start of the current window
+	roundFrom   time.Time     // start of the current round
+	roundSum    float64       // latencies (s) of the round's calls
+	roundN      int           //
+	usedInRound bool          // a call of the round ended with the limit in use
+	probeSaved  float64       // during a probe round, the limit to restore; else 0
 	lastBackoff time.Time
-	blockUntil  time.Time     // no call before (Retry-After)
-	retryAfters int64         // Retry-After waits honoured
-	changed     chan struct{} // closed and replaced at every change
+	blockUntil  time.Time // no call before (Retry-After)
+	retryAfters int64     // Retry-After waits honoured
 }
 
-func newLimiter(clk clock.PassiveClock, adaptive bool, max int) (*limiter, error) {
+// epochCalls are the calls of one epoch: their contexts' parent, cancelled
+// when the claim ends involuntarily.
+type epochCalls struct {
+	epoch      int64
+	ctx        context.Context
+	cancel     context.CancelFunc
+	ended      bool // the claim ended involuntarily: ctx is cancelled
+	quiesced   bool // given up on purpose: no new call
+	unanswered bool // a call under this epoch ended without an answer
+}
+
+// call is one admitted patch call.
+type call struct {
+	ec *epochCalls
+	id int64
+}
+
+func newLimiter(clk clock.WithTicker, adaptive bool, max int) (*limiter, error) {
 	est, err := ewma.New(latencyTau, clk)
 	if err != nil {
 		return nil, err
 	}
 	now := clk.Now()
-	l := &limiter{clk: clk, adaptive: adaptive, max: float64(max), est: est, changed: make(chan struct{}),
-		bestFrom: now, roundFrom: now}
+	l := &limiter{clk: clk, adaptive: adaptive, max: float64(max), est: est,
+		since: map[int64]int64{}, idle: make(chan struct{}), bestFrom: now, roundFrom: now}
 	if adaptive {
 		l.limit, l.slowStart = 1, true
 	} else {
@@ -92,25 +117,27 @@ func newLimiter(clk clock.PassiveClock, adaptive bool, max int) (*limiter, error
 	return l, nil
 }
 
-// acquire waits for a permit: a free place under the limit, outside any
-// Retry-After window. It returns ctx's error if ctx ends first.
+// acquire waits for a permit — a place under the limit, outside any
+// Retry-After window, after the waiters before it — or for ctx to end.
 func (l *limiter) acquire(ctx context.Context) error {
-	for {
-		l.mu.Lock()
-		now := l.clk.Now()
-		if l.tryAcquireLocked(now) {
-			l.mu.Unlock()
-			return nil
-		}
-		ch := l.changed
-		wait := l.blockUntil.Sub(now)
+	l.mu.Lock()
+	if len(l.waiters) == 0 && l.canGrantLocked(l.clk.Now()) {
+		l.held++
 		l.mu.Unlock()
-		var timer <-chan time.Time
-		var t *time.Timer
-		if wait > 0 {
-			t = time.NewTimer(wait)
-			timer = t.C
+		return nil
+	}
+	ch := make(chan struct{})
+	l.waiters = append(l.waiters, ch)
+	for {
+		var (
+			t     clock.Timer
+			timer <-chan time.Time
+		)
+		if wait := l.blockUntil.Sub(l.clk.Now()); wait > 0 {
+			t = l.clk.NewTimer(wait)
+			timer = t.C()
 		}
+		l.mu.Unlock()
 		select {
 		case <-ch:
 		case <-timer:
@@ -119,52 +146,118 @@ func (l *limiter) acquire(ctx context.Context) error {
 		if t != nil {
 			t.Stop()
 		}
-		if ctx.Err() != nil {
-			return ctx.Err()
+		select {
+		case <-ch:
+			return nil
+		default:
 		}
+		l.mu.Lock()
+		if ctx.Err() == nil {
+			l.grantLocked(l.clk.Now())
+			continue
+		}
+		select {
+		case <-ch: // granted meanwhile: give it back
+			l.held--
+			l.grantLocked(l.clk.Now())
+		default:
+			l.waiters = slices.DeleteFunc(l.waiters, func(c chan struct{}) bool { return c == ch })
+		}
+		l.mu.Unlock()
+		return ctx.Err()
 	}
 }
 
-// tryAcquireAt takes a permit if one is free at now.
+// tryAcquireAt takes a permit if one is free at now and nobody waits.
 func (l *limiter) tryAcquireAt(now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.tryAcquireLocked(now)
-}
-
-func (l *limiter) tryAcquireLocked(now time.Time) bool {
-	if l.held >= int(l.limit) || now.Before(l.blockUntil) {
-		return false
+	if len(l.waiters) == 0 && l.canGrantLocked(now) {
+		l.held++
+		return true
 	}
-	l.held++
-	return true
+	return false
 }
 
-// callStarted records that a permit is used for a call.
-func (l *limiter) callStarted() {
-	l.mu.Lock()
-	l.calls++
-	l.mu.Unlock()
+func (l *limiter) canGrantLocked(now time.Time) bool {
+	return l.held < int(l.limit) && !now.Before(l.blockUntil)
 }
 
-// release gives a permit back without a call (the patch was dropped, or
-// the worker stops).
+// grantLocked hands permits to the waiters, in order, while there is room.
+func (l *limiter) grantLocked(now time.Time) {
+	for len(l.waiters) > 0 && l.canGrantLocked(now) {
+		l.held++
+		close(l.waiters[0])
+		l.waiters = l.waiters[1:]
+	}
+}
+
+// release gives a permit back without a call.
 func (l *limiter) release() {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.held--
-	l.broadcastLocked()
-	l.mu.Unlock()
+	l.grantLocked(l.clk.Now())
 }
 
-// done gives a permit back after a call that took latency and ended with
-// err, and updates the estimate and the limit.
-func (l *limiter) done(latency time.Duration, err error) {
-	l.doneAt(l.clk.Now(), latency, err)
+// begin starts a call under epoch with a permit held, at the moment it is
+// made: it returns how long to wait first if a Retry-After window is open,
+// or the reason the call may not be made under epoch.
+func (l *limiter) begin(epoch int64, now time.Time) (c call, wait time.Duration, reason DropReason) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now.Before(l.blockUntil) {
+		return call{}, l.blockUntil.Sub(now), ""
+	}
+	switch {
+	case l.cur == nil || epoch > l.cur.epoch:
+		l.advanceLocked(epoch)
+	case epoch < l.cur.epoch:
+		return call{}, 0, DropStaleEpoch
+	}
+	switch {
+	case l.cur.quiesced:
+		return call{}, 0, DropReleased
+	case l.cur.ended:
+		return call{}, 0, DropNotLeader
+	}
+	l.calls++
+	l.nextID++
+	l.since[l.nextID] = now.UnixNano()
+	return call{ec: l.cur, id: l.nextID}, 0, ""
+}
+
+// advanceLocked makes epoch the newest, ending the older one.
+func (l *limiter) advanceLocked(epoch int64) {
+	if l.cur != nil {
+		l.cur.ended = true
+		l.cur.cancel()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l.cur = &epochCalls{epoch: epoch, ctx: ctx, cancel: cancel}
+}
+
+// end ends a call begun with begin, which took latency and ended with err,
+// gives its permit back and updates the estimate and the limit.
+func (l *limiter) end(c call, latency time.Duration, err error, answered bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.since, c.id)
+	if !answered {
+		c.ec.unanswered = true
+	}
+	close(l.idle)
+	l.idle = make(chan struct{})
+	l.doneLocked(l.clk.Now(), latency, err)
 }
 
 func (l *limiter) doneAt(now time.Time, latency time.Duration, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.doneLocked(now, latency, err)
+}
+
+func (l *limiter) doneLocked(now time.Time, latency time.Duration, err error) {
 	saturated := l.calls >= int(l.limit)
 	l.calls--
 	l.held--
@@ -175,7 +268,58 @@ func (l *limiter) doneAt(now time.Time, latency time.Duration, err error) {
 		}
 	}
 	l.sampleLocked(now, latency, err, saturated)
-	l.broadcastLocked()
+	l.grantLocked(now)
+}
+
+// observe ends the newest epoch's calls when its claim is over: ours is
+// false (not current for us), or c is of another epoch.
+func (l *limiter) observe(c leader.Claim, ours bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cur != nil && !l.cur.ended && (!ours || c.Epoch != l.cur.epoch) {
+		l.cur.ended = true
+		l.cur.cancel()
+	}
+}
+
+// quiesce stops new calls under epoch and waits for every call in flight;
+// it reports whether every call under epoch got an answer.
+func (l *limiter) quiesce(ctx context.Context, epoch int64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.cur == nil || epoch > l.cur.epoch:
+		l.advanceLocked(epoch) // no call was made under epoch; none may start
+	case epoch < l.cur.epoch:
+		return false // calls were made under a newer epoch
+	}
+	l.cur.quiesced = true
+	for len(l.since) > 0 {
+		idle := l.idle
+		l.mu.Unlock()
+		select {
+		case <-idle:
+		case <-ctx.Done():
+		}
+		l.mu.Lock()
+		if ctx.Err() != nil && len(l.since) > 0 {
+			return false
+		}
+	}
+	return !l.cur.unanswered
+}
+
+// oldestCall returns when the oldest call in flight began (unix nanos), or 0.
+func (l *limiter) oldestCall() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var oldest int64
+	for _, t := range l.since {
+		if oldest == 0 || t < oldest {
+			oldest = t
+		}
+	}
+	return oldest
 }
 
 // sampleLocked takes one call into account. Throttled and timed-out calls
@@ -208,6 +352,7 @@ func (l *limiter) sampleLocked(now time.Time, latency time.Duration, err error, 
 	}
 	mean := l.roundSum / float64(l.roundN)
 	l.est.UpdateAt(now, mean)
+	l.estimate.Store(math.Float64bits(l.est.ValueAt(now)))
 	if mean > 0 && (l.best[0] == 0 || mean < l.best[0]) {
 		l.best[0] = mean // the best round, comparable with the estimate
 	}
@@ -255,9 +400,13 @@ func (l *limiter) sampleLocked(now time.Time, latency time.Duration, err error, 
 	}
 }
 
+// lastEstimate is the latency estimate (s) at its last update, read
+// without the lock.
+func (l *limiter) lastEstimate() float64 { return math.Float64frombits(l.estimate.Load()) }
+
 // roundLocked returns the length of a round at now.
 func (l *limiter) roundLocked(now time.Time) time.Duration {
-	return max(limitRound, time.Duration(l.est.ValueAt(now)*float64(time.Second)))
+	return max(limitRound, time.Duration(l.lastEstimate()*float64(time.Second)))
 }
 
 // shrinkLocked multiplies the limit by factor, at most once per round, and
@@ -275,14 +424,10 @@ func (l *limiter) shrinkLocked(now time.Time, factor float64) {
 	l.limit = math.Max(1, l.limit*factor)
 }
 
-func (l *limiter) broadcastLocked() {
-	close(l.changed)
-	l.changed = make(chan struct{})
-}
-
 // limiterState is a consistent snapshot of a limiter.
 type limiterState struct {
 	limit       int           // calls admitted at once now
+	calls       int           // calls in progress
 	latency     float64       // latency estimate (s); 0: none yet
 	drainRate   float64       // patches/s the limit and the estimate allow
 	backoff     time.Duration // left of a Retry-After window
@@ -296,7 +441,7 @@ type limiterState struct {
 func (l *limiter) stateAt(now time.Time) limiterState {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	st := limiterState{limit: int(l.limit), latency: l.est.ValueAt(now),
+	st := limiterState{limit: int(l.limit), calls: l.calls, latency: l.est.ValueAt(now),
 		backoff: max(l.blockUntil.Sub(now), 0), retryAfters: l.retryAfters}
 	if st.latency > 0 {
 		steady := l.limit

@@ -3,283 +3,270 @@ package statuspatch
 import (
 	"context"
 	"errors"
-	"fmt"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+	"k8s.io/utils/clock"
 
+	"github.com/quietpatch/quietpatch/ewma"
+	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
-// Instrument names of the reconciler and the dispatcher; the package
-// documentation has the table.
+// Attribute names.
 const (
-	reconcilePassesMetric   = "quietpatch.reconcile.passes"
-	reconcileDurationMetric = "quietpatch.reconcile.duration"
-	reconcileObjectsMetric  = "quietpatch.reconcile.objects"
-	reconcileHaltedMetric   = "quietpatch.reconcile.halted"
-	dispatchPatchesMetric   = "quietpatch.dispatch.patches"
-	dispatchDurationMetric  = "quietpatch.dispatch.duration"
-	dispatchDroppedMetric   = "quietpatch.dispatch.dropped"
-	dispatchInFlightMetric  = "quietpatch.dispatch.in_flight"
-	dispatchLatencyMetric   = "quietpatch.dispatch.latency.peak_ewma"
-	dispatchLimitMetric     = "quietpatch.dispatch.limit"
-	dispatchBackoffMetric   = "quietpatch.dispatch.backoff"
-	dispatchRetryAfter      = "quietpatch.dispatch.retry_after"
+	pipelineAttr = "pipeline"
+	reasonAttr   = "reason"
+	resultAttr   = "result"
+	outcomeAttr  = "outcome"
 )
 
-// numOutcomes is len(outcome.All()); an init check keeps it honest.
-const numOutcomes = 10
+// depthTau is the time constant of the queue depth's Peak-EWMA.
+const depthTau = 10 * time.Second
 
-func init() {
-	if len(outcome.All()) != numOutcomes {
-		panic("statuspatch: numOutcomes is out of date")
+// instruments creates the instruments of one part: counters and gauges
+// are observable (read from the part's own counters at collection), so
+// they cost nothing per key; histograms are recorded per call or pass.
+type instruments struct {
+	m     metric.Meter
+	name  attribute.KeyValue
+	insts []metric.Observable
+	err   error
+}
+
+func newInstruments(o Options) *instruments {
+	if o.Meter == nil {
+		return nil
+	}
+	if _, ok := o.Meter.(noop.Meter); ok {
+		return nil
+	}
+	return &instruments{m: o.Meter, name: attribute.String(pipelineAttr, o.Name)}
+}
+
+// set returns the attribute set of the pipeline plus kv.
+func (in *instruments) set(kv ...attribute.KeyValue) metric.MeasurementOption {
+	return metric.WithAttributeSet(attribute.NewSet(append([]attribute.KeyValue{in.name}, kv...)...))
+}
+
+func (in *instruments) counter(name, unit, desc string) metric.Int64ObservableCounter {
+	c, err := in.m.Int64ObservableCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+	in.add(c, err)
+	return c
+}
+
+func (in *instruments) gauge(name, unit, desc string) metric.Int64ObservableGauge {
+	g, err := in.m.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+	in.add(g, err)
+	return g
+}
+
+func (in *instruments) fgauge(name, unit, desc string) metric.Float64ObservableGauge {
+	g, err := in.m.Float64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+	in.add(g, err)
+	return g
+}
+
+func (in *instruments) histogram(name, desc string, buckets ...float64) metric.Float64Histogram {
+	h, err := in.m.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc), metric.WithExplicitBucketBoundaries(buckets...))
+	in.err = errors.Join(in.err, err)
+	return h
+}
+
+func (in *instruments) add(o metric.Observable, err error) {
+	in.err = errors.Join(in.err, err)
+	in.insts = append(in.insts, o)
+}
+
+// register registers f as the callback of every observable created.
+func (in *instruments) register(f metric.Callback) error {
+	err := in.err
+	if err == nil {
+		_, err = in.m.RegisterCallback(f, in.insts...)
+	}
+	if err != nil {
+		return &leader.ConfigError{Field: "Meter", Reason: "cannot create the instruments: " + err.Error()}
+	}
+	return nil
+}
+
+var (
+	callBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
+	passBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+	waitBuckets = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+)
+
+// queueInstruments are a queue's: counters read from its Stats, the depth
+// Peak-EWMA fed at every insertion and removal, the wait histogram.
+type queueInstruments struct {
+	clock clock.PassiveClock
+	peak  *ewma.Gauge
+	wait  metric.Float64Histogram
+	opts  metric.MeasurementOption
+}
+
+func newQueueInstruments[K comparable](o Options, q *PatchQueue[K]) (*queueInstruments, error) {
+	in := newInstruments(o)
+	if in == nil {
+		return nil, nil
+	}
+	peak, err := ewma.New(depthTau, o.Clock)
+	if err != nil {
+		return nil, err
+	}
+	qi := &queueInstruments{clock: o.Clock, peak: peak, opts: in.set()}
+	qi.wait = in.histogram("quietpatch.queue.wait", "Time a key waited in the queue: from its first add to its delivery.", waitBuckets...)
+	enq := in.counter("quietpatch.queue.enqueued", "{key}", "Keys added, including those that were waiting already (superseded).")
+	deq := in.counter("quietpatch.queue.dequeued", "{key}", "Keys delivered to a worker.")
+	sup := in.counter("quietpatch.queue.superseded", "{key}", "Keys added while they were waiting already: coalesced, no slot taken.")
+	drop := in.counter("quietpatch.queue.dropped", "{key}", "Adds and reservations refused, by reason: full, closed.")
+	depth := in.gauge("quietpatch.queue.depth", "{key}", "Keys waiting in the queue.")
+	peakG := in.fgauge("quietpatch.queue.depth.peak_ewma", "{key}", "Peak-EWMA of the keys waiting: jumps to every peak, decays with a 10 s time constant.")
+	capG := in.gauge("quietpatch.queue.capacity", "{key}", "Capacity of each lane of the queue.")
+	full, closed := in.set(attribute.String(reasonAttr, "full")), in.set(attribute.String(reasonAttr, "closed"))
+	err = in.register(func(_ context.Context, ob metric.Observer) error {
+		s, c := q.Stats(), q.Cap()
+		ob.ObserveInt64(enq, s.Enqueued, qi.opts)
+		ob.ObserveInt64(deq, s.Dequeued, qi.opts)
+		ob.ObserveInt64(sup, s.Coalesced, qi.opts)
+		ob.ObserveInt64(drop, s.DroppedFull, full)
+		ob.ObserveInt64(drop, s.DroppedClosed, closed)
+		ob.ObserveInt64(depth, int64(s.Depth), qi.opts)
+		ob.ObserveFloat64(peakG, peak.Value(), qi.opts)
+		ob.ObserveInt64(capG, int64(c), qi.opts)
+		return nil
+	})
+	return qi, err
+}
+
+// depth feeds the Peak-EWMA; a negative depth means no change.
+func (qi *queueInstruments) depth(now time.Time, depth int) {
+	if qi != nil && depth >= 0 {
+		qi.peak.UpdateAt(now, float64(depth))
 	}
 }
 
-// Histogram bucket boundaries in seconds. Patch calls take milliseconds on
-// a healthy API server and up to PatchTimeout on a sick one; passes take
-// milliseconds to seconds.
-func patchBuckets() []float64 {
-	return []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
-}
-
-func passBuckets() []float64 {
-	return []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
-}
-
-// isNoop reports whether m creates no instruments at all.
-func isNoop(m metric.Meter) bool {
-	if m == nil {
-		return true
+func (qi *queueInstruments) waited(now, since time.Time) {
+	if qi != nil {
+		qi.wait.Record(context.Background(), now.Sub(since).Seconds(), qi.opts)
 	}
-	_, ok := m.(noop.Meter)
-	return ok
 }
 
-// PassResult values: the result of a reconcile pass, the values of the
-// result attribute of quietpatch.reconcile.passes and .duration.
+// Results of a pass, the values of the result attribute of
+// quietpatch.reconcile.passes.
+var passResults = []string{"completed", "halted", "not_leader", "error", "canceled", "closed"}
+
+// Results of an object in a pass, of quietpatch.reconcile.objects.
+var objResults = []string{"unchanged", "changed", "error"}
+
 const (
-	passCompleted = "completed"  // every object visited
-	passHalted    = "halted"     // queue at capacity
-	passNotLeader = "not_leader" // leadership lost (or never held) during the pass
-	passError     = "error"      // Source.List failed
-	passCanceled  = "canceled"   // ctx cancelled
-	passClosed    = "closed"     // queue closed
+	passCompleted = iota
+	passHalted
+	passNotLeader
+	passError
+	passCanceled
+	passClosed
 )
 
-func passResults() []string {
-	return []string{passCompleted, passHalted, passNotLeader, passError, passCanceled, passClosed}
-}
-
-const numPassResults = 6
-
-func passIndex(r string) int {
-	for i, x := range passResults() {
-		if x == r {
-			return i
-		}
-	}
-	return 0
-}
-
-// Object results, the values of the result attribute of
-// quietpatch.reconcile.objects.
 const (
-	objUnchanged = "unchanged" // desired equals current: nothing done
-	objChanged   = "changed"   // a patch was queued
-	objQueued    = "queued"    // changed, but the same patch already waits
-	objError     = "error"     // the status could not be computed
+	objUnchanged = iota
+	objChanged
+	objError
 )
 
-func objResults() []string { return []string{objUnchanged, objChanged, objQueued, objError} }
-
-const numObjResults = 4
-
-// reconcileCounters are a reconciler's counters, kept in atomics whether or
-// not a meter is set: Stats reads them, and observable instruments report
-// them.
-type reconcileCounters struct {
-	passes  [numPassResults]atomic.Int64
-	objects [numObjResults]atomic.Int64
-	halted  atomic.Int64
-}
-
-// reconcileInstruments reports a reconciler's counters and records pass
-// durations. A nil *reconcileInstruments records nothing.
 type reconcileInstruments struct {
 	duration metric.Float64Histogram
-	passOpts [numPassResults][]metric.RecordOption
-	reg      metric.Registration
+	opts     []metric.RecordOption
 }
 
-func newReconcileInstruments(m metric.Meter, name string, c *reconcileCounters) (*reconcileInstruments, error) {
-	if isNoop(m) {
+func newReconcileInstruments(o Options, stats func() ReconcilerStats) (*reconcileInstruments, error) {
+	in := newInstruments(o)
+	if in == nil {
 		return nil, nil
 	}
-	nameKV := attribute.String(pipelineAttr, name)
-	var ri reconcileInstruments
-	var err, e error
-	ri.duration, e = m.Float64Histogram(reconcileDurationMetric,
-		metric.WithUnit("s"),
-		metric.WithDescription("Duration of reconcile passes, by result."),
-		metric.WithExplicitBucketBoundaries(passBuckets()...))
-	err = errors.Join(err, e)
-	passes, e := m.Int64ObservableCounter(reconcilePassesMetric,
-		metric.WithUnit("{pass}"),
-		metric.WithDescription("Reconcile passes, by result: completed, halted (queue at capacity), not_leader, error (listing failed), canceled, closed (queue closed)."))
-	err = errors.Join(err, e)
-	objects, e := m.Int64ObservableCounter(reconcileObjectsMetric,
-		metric.WithUnit("{object}"),
-		metric.WithDescription("Objects reconciled, by result: unchanged, changed (a patch was queued), queued (the same patch already waited) or error."))
-	err = errors.Join(err, e)
-	halted, e := m.Int64ObservableCounter(reconcileHaltedMetric,
-		metric.WithUnit("{pass}"),
-		metric.WithDescription("Reconcile passes (and batches of enqueued keys) halted because the patch queue was at capacity."))
-	err = errors.Join(err, e)
-	if err != nil {
-		return nil, err
+	ri := &reconcileInstruments{duration: in.histogram("quietpatch.reconcile.duration", "Duration of reconcile passes, by result.", passBuckets...)}
+	passes := in.counter("quietpatch.reconcile.passes", "{pass}", "Reconcile passes, by result: completed, halted (a lane at capacity), not_leader, error (listing failed), canceled, closed (queue closed).")
+	objects := in.counter("quietpatch.reconcile.objects", "{object}", "Objects compared by passes, by result: unchanged, changed (key queued), error.")
+	halted := in.counter("quietpatch.reconcile.halted", "{pass}", "Passes halted because the pass lane was at capacity.")
+	passSets := make([]metric.MeasurementOption, len(passResults))
+	for i, r := range passResults {
+		passSets[i] = in.set(attribute.String(resultAttr, r))
+		ri.opts = append(ri.opts, passSets[i])
 	}
-	var passObs [numPassResults][]metric.ObserveOption
-	for i, r := range passResults() {
-		set := attribute.NewSet(nameKV, attribute.String(resultAttr, r))
-		ri.passOpts[i] = []metric.RecordOption{metric.WithAttributeSet(set)}
-		passObs[i] = []metric.ObserveOption{metric.WithAttributeSet(set)}
+	objSets := make([]metric.MeasurementOption, len(objResults))
+	for i, r := range objResults {
+		objSets[i] = in.set(attribute.String(resultAttr, r))
 	}
-	var objObs [numObjResults][]metric.ObserveOption
-	for i, r := range objResults() {
-		objObs[i] = []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(nameKV, attribute.String(resultAttr, r)))}
-	}
-	nameObs := []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(nameKV))}
-	ri.reg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		for i := range passObs {
-			o.ObserveInt64(passes, c.passes[i].Load(), passObs[i]...)
+	plain := in.set()
+	return ri, in.register(func(_ context.Context, ob metric.Observer) error {
+		s := stats()
+		for i, r := range passResults {
+			ob.ObserveInt64(passes, s.Passes[r], passSets[i])
 		}
-		for i := range objObs {
-			o.ObserveInt64(objects, c.objects[i].Load(), objObs[i]...)
+		for i, r := range objResults {
+			ob.ObserveInt64(objects, s.Objects[r], objSets[i])
 		}
-		o.ObserveInt64(halted, c.halted.Load(), nameObs...)
+		ob.ObserveInt64(halted, s.Halted, plain)
 		return nil
-	}, passes, objects, halted)
-	if err != nil {
-		return nil, fmt.Errorf("registering the reconciler's instruments: %w", err)
-	}
-	return &ri, nil
+	})
 }
 
-func (ri *reconcileInstruments) recordPass(ctx context.Context, result int, d time.Duration) {
+func (ri *reconcileInstruments) pass(result int, d time.Duration) {
 	if ri != nil {
-		ri.duration.Record(ctx, d.Seconds(), ri.passOpts[result]...)
+		ri.duration.Record(context.Background(), d.Seconds(), ri.opts[result])
 	}
 }
 
-// dispatchInstruments reports a dispatcher's counters and records patch
-// call durations. A nil *dispatchInstruments records nothing.
 type dispatchInstruments struct {
 	duration metric.Float64Histogram
-	durOpts  [numOutcomes][]metric.RecordOption
-	wait     metric.Float64Histogram // quietpatch.queue.wait
-	waitOpts []metric.RecordOption
-	reg      metric.Registration
+	opts     map[outcome.Outcome]metric.RecordOption
 }
 
-// dispatchSource is what the dispatcher's observable instruments read.
-type dispatchSource interface {
-	Stats() DispatcherStats
-}
-
-func newDispatchInstruments(m metric.Meter, name string, src dispatchSource) (*dispatchInstruments, error) {
-	if isNoop(m) {
+func newDispatchInstruments(o Options, stats func() DispatcherStats) (*dispatchInstruments, error) {
+	in := newInstruments(o)
+	if in == nil {
 		return nil, nil
 	}
-	nameKV := attribute.String(pipelineAttr, name)
-	var di dispatchInstruments
-	var err, e error
-	di.duration, e = m.Float64Histogram(dispatchDurationMetric,
-		metric.WithUnit("s"),
-		metric.WithDescription("Duration of status patch calls, by outcome."),
-		metric.WithExplicitBucketBoundaries(patchBuckets()...))
-	err = errors.Join(err, e)
-	di.wait, e = m.Float64Histogram(queueWaitMetric,
-		metric.WithUnit("s"),
-		metric.WithDescription("Time a patch waited in the queue: from the enqueue of its latest value to its delivery to the dispatcher."),
-		metric.WithExplicitBucketBoundaries(queueWaitBuckets()...))
-	err = errors.Join(err, e)
-	patches, e := m.Int64ObservableCounter(dispatchPatchesMetric,
-		metric.WithUnit("{patch}"),
-		metric.WithDescription("Status patch calls, by outcome."))
-	err = errors.Join(err, e)
-	dropped, e := m.Int64ObservableCounter(dispatchDroppedMetric,
-		metric.WithUnit("{patch}"),
-		metric.WithDescription("Patches dequeued and not applied, by reason."))
-	err = errors.Join(err, e)
-	inFlight, e := m.Int64ObservableGauge(dispatchInFlightMetric,
-		metric.WithUnit("{patch}"),
-		metric.WithDescription("Status patch calls in progress."))
-	err = errors.Join(err, e)
-	latency, e := m.Float64ObservableGauge(dispatchLatencyMetric,
-		metric.WithUnit("s"),
-		metric.WithDescription("Peak-EWMA of the status patch call latency."))
-	err = errors.Join(err, e)
-	limit, e := m.Int64ObservableGauge(dispatchLimitMetric,
-		metric.WithUnit("{patch}"),
-		metric.WithDescription("Patch calls allowed in flight: fixed, or the adaptive limit."))
-	err = errors.Join(err, e)
-	backoff, e := m.Float64ObservableGauge(dispatchBackoffMetric,
-		metric.WithUnit("s"),
-		metric.WithDescription("Time left before any patch call may start, after a 429 with Retry-After."))
-	err = errors.Join(err, e)
-	retryAfter, e := m.Int64ObservableCounter(dispatchRetryAfter,
-		metric.WithUnit("{wait}"),
-		metric.WithDescription("Retry-After windows of 429 answers honoured: no call started inside them."))
-	err = errors.Join(err, e)
-	if err != nil {
-		return nil, err
+	di := &dispatchInstruments{opts: map[outcome.Outcome]metric.RecordOption{},
+		duration: in.histogram("quietpatch.dispatch.duration", "Duration of status patch calls, by outcome.", callBuckets...)}
+	patches := in.counter("quietpatch.dispatch.patches", "{patch}", "Status patch calls, by outcome.")
+	dropped := in.counter("quietpatch.dispatch.dropped", "{key}", "Keys dequeued and not sent, by reason.")
+	inFlight := in.gauge("quietpatch.dispatch.in_flight", "{patch}", "Status patch calls in progress.")
+	latency := in.fgauge("quietpatch.dispatch.latency.peak_ewma", "s", "Peak-EWMA of the status patch call latency.")
+	limit := in.gauge("quietpatch.dispatch.limit", "{patch}", "Patch calls allowed in flight: fixed, or the adaptive limit.")
+	backoff := in.fgauge("quietpatch.dispatch.backoff", "s", "Time left before any patch call may start, after a 429 with Retry-After.")
+	retry := in.counter("quietpatch.dispatch.retry_after", "{wait}", "Retry-After windows of 429 answers honoured: no call started inside them.")
+	outSets := map[outcome.Outcome]metric.MeasurementOption{}
+	for _, oc := range outcome.All() {
+		outSets[oc] = in.set(attribute.String(outcomeAttr, string(oc)))
+		di.opts[oc] = outSets[oc]
 	}
-	var patchObs [numOutcomes][]metric.ObserveOption
-	for i, o := range outcome.All() {
-		set := attribute.NewSet(nameKV, attribute.String(outcomeAttr, string(o)))
-		di.durOpts[i] = []metric.RecordOption{metric.WithAttributeSet(set)}
-		patchObs[i] = []metric.ObserveOption{metric.WithAttributeSet(set)}
+	dropSets := map[DropReason]metric.MeasurementOption{}
+	for _, r := range DropReasons() {
+		dropSets[r] = in.set(attribute.String(reasonAttr, string(r)))
 	}
-	var dropObs [numDropReasons][]metric.ObserveOption
-	for i, r := range DropReasons() {
-		dropObs[i] = []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(nameKV, attribute.String(reasonAttr, string(r))))}
-	}
-	nameObs := []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(nameKV))}
-	di.waitOpts = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(nameKV))}
-	di.reg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		st := src.Stats()
-		for i, oc := range outcome.All() {
-			o.ObserveInt64(patches, st.Patches[oc], patchObs[i]...)
+	plain := in.set()
+	return di, in.register(func(_ context.Context, ob metric.Observer) error {
+		s := stats()
+		for oc, set := range outSets {
+			ob.ObserveInt64(patches, s.Patches[oc], set)
 		}
-		for i, r := range DropReasons() {
-			o.ObserveInt64(dropped, st.Dropped[r], dropObs[i]...)
+		for r, set := range dropSets {
+			ob.ObserveInt64(dropped, s.Dropped[r], set)
 		}
-		o.ObserveInt64(inFlight, int64(st.InFlight), nameObs...)
-		o.ObserveFloat64(latency, st.Latency.Seconds(), nameObs...)
-		o.ObserveInt64(limit, int64(st.Limit), nameObs...)
-		o.ObserveFloat64(backoff, st.Backoff.Seconds(), nameObs...)
-		o.ObserveInt64(retryAfter, st.RetryAfters, nameObs...)
+		ob.ObserveInt64(inFlight, int64(s.InFlight), plain)
+		ob.ObserveFloat64(latency, s.Latency.Seconds(), plain)
+		ob.ObserveInt64(limit, int64(s.Limit), plain)
+		ob.ObserveFloat64(backoff, s.Backoff.Seconds(), plain)
+		ob.ObserveInt64(retry, s.RetryAfters, plain)
 		return nil
-	}, patches, dropped, inFlight, latency, limit, backoff, retryAfter)
-	if err != nil {
-		return nil, fmt.Errorf("registering the dispatcher's instruments: %w", err)
-	}
-	return &di, nil
+	})
 }
 
-func (di *dispatchInstruments) recordWait(ctx context.Context, d time.Duration) {
+func (di *dispatchInstruments) call(o outcome.Outcome, d time.Duration) {
 	if di != nil {
-		di.wait.Record(ctx, d.Seconds(), di.waitOpts...)
-	}
-}
-
-func (di *dispatchInstruments) recordCall(ctx context.Context, o outcome.Outcome, d time.Duration) {
-	if di != nil {
-		di.duration.Record(ctx, d.Seconds(), di.durOpts[outcomeIndex[o]]...)
+		di.duration.Record(context.Background(), d.Seconds(), di.opts[o])
 	}
 }

@@ -1,231 +1,68 @@
 package statuspatch
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-	"go.opentelemetry.io/otel/metric"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/clock"
 
 	"github.com/quietpatch/quietpatch/leader"
 )
 
-// Source gives the reconciler the objects to reconcile, typically an
-// informer's lister behind a small adapter.
+// Source gives the pipeline the objects, typically an informer's cache.
 type Source[O any] interface {
-	// List returns every object. The reconciler may reorder the returned
-	// slice (it sorts it by key when resuming a halted pass) and does not
-	// keep it after the pass; it never modifies the objects. A lister's
-	// List(labels.Everything()) fits: it returns a fresh slice each call.
+	// List returns every object in a slice the caller may reorder.
 	List() ([]O, error)
 	// Get returns the object with key, and false if there is none.
 	Get(key types.NamespacedName) (obj O, found bool, err error)
 }
 
-// Patch is what the reconciler queues and the dispatcher applies: a payload
-// built by StatusComputer.Patch, tagged with the object's key and the
-// leadership epoch it was computed under.
-type Patch[P any] struct {
-	// Key is the object's key, "namespace/name" (or "name" for
-	// cluster-scoped objects): the queue coalesces and serializes by it.
-	Key string
-	// Epoch is the epoch of the claim under which the patch was computed.
-	// The dispatcher drops a patch whose epoch is not the current claim's.
-	Epoch int64
-	// Payload is what the Patcher sends.
-	Payload P
+// FreshFanout is the most keys one call of [Reconciler.Enqueue] puts in
+// the fresh lane; an event that affects more objects makes a pass.
+const FreshFanout = 16
 
-	// desired is the status the patch was built for (the reconciler's S),
-	// so that a later pass that computes the same status while the patch
-	// still waits does not build it again. Nil in patches built by others.
-	desired any
-	// pass is the sequence number of the reconcile pass that built it.
-	pass uint64
-}
+// leaderCheckEvery is how many objects a pass handles between two checks
+// of the claim and the context.
+const leaderCheckEvery = 256
 
-// PatchKey returns p.Key. Use it as QueueConfig.Key of the queue between a
-// [Reconciler] and a [Dispatcher] (both require it):
+// Reconciler finds the objects whose status differs from the one their
+// StatusComputer wants, while this replica leads, and adds their keys to
+// the queue: a full pass every Interval and at once on gaining a new
+// epoch (the pass lane), and the keys given to Enqueue (the fresh lane).
+// It builds no patch: the [Dispatcher] computes it again when it sends it.
 //
-//	statuspatch.NewPatchQueue(statuspatch.QueueConfig[statuspatch.Patch[P]]{
-//		Capacity: n, Key: statuspatch.PatchKey[P],
-//	})
-func PatchKey[P any](p Patch[P]) string { return p.Key }
-
-// ReconcilerConfig configures a [Reconciler]. Source, Computer, Queue and
-// Leader are required; every other field has a default.
-type ReconcilerConfig[O, S, P any] struct {
-	// Source lists and gets the objects. Required.
-	Source Source[O]
-	// Computer computes, compares and patches statuses. Required.
-	Computer StatusComputer[O, S, P]
-	// Queue receives the patches. Required, built with QueueConfig.Key set
-	// to [PatchKey]: the reconciler relies on the key to replace a waiting
-	// patch of an object with a newer one, even when the queue is full.
-	Queue *PatchQueue[Patch[P]]
-	// Leader tells whether we hold the claim and under which epoch; the
-	// reconciler works only while the claim is current for Leader.Identity().
-	// Required, and its Identity must not be empty.
-	Leader leader.Observer
-	// Interval between full passes while leader. Default 10s; must not be
-	// negative. A pass also runs at once when leadership is gained. Choose it
-	// together with the queue's capacity: see [SuggestCapacity].
-	Interval time.Duration
-	// MaxPendingKeys bounds the set of keys queued by Enqueue and not yet
-	// reconciled. When an Enqueue would exceed it, the set is cleared and one
-	// full pass is scheduled instead, which covers every key. Default the
-	// queue's capacity; must not be negative.
-	MaxPendingKeys int
-	// Clock drives the interval ticker and reads the time for leadership
-	// checks and durations. Default the real clock.
-	Clock clock.WithTicker
-	// Logger receives, at most once a minute, one record about passes
-	// halted on a full queue (info while it is a backlog being drained,
-	// warning once passes have kept halting for longer than max(1 minute,
-	// 3 intervals)); one warning per pass in which some objects failed;
-	// an info record when Run stops; and debug records per object (with a
-	// cmp.Diff of what changed, computed only when debug is enabled). Nil
-	// discards.
-	Logger *slog.Logger
-	// DiffOptions are the go-cmp options of the debug-level diff of a
-	// changed status, e.g. conditions.IgnoreTransitionTime().
-	DiffOptions []cmp.Option
-	// Meter creates the reconciler's instruments (see the package
-	// documentation); nil means none.
-	Meter metric.Meter
-	// Name is the value of the pipeline attribute on the reconciler's
-	// instruments and in its logs; typically the queue's QueueConfig.Name.
-	// Default [DefaultQueueName].
-	Name string
-}
-
-// PassResult counts what one reconcile pass did.
-type PassResult struct {
-	// Objects is how many objects the source listed.
-	Objects int
-	// Visited is how many objects the pass handled before it ended.
-	Visited int
-	// Unchanged, Changed, Queued and Errors split Visited by result.
-	// Changed counts the patches queued; Queued the changed objects whose
-	// identical patch (same epoch, equal desired status) already waited.
-	Unchanged, Changed, Queued, Errors int
-	// Halted reports that the pass stopped because the queue was at
-	// capacity. The next pass resumes after the last object handled; Run
-	// makes it as soon as half of the queue is free again.
-	Halted bool
-	// Resumed reports that this pass started after the cursor left by an
-	// earlier pass that did not complete.
-	Resumed bool
-}
-
-// ReconcilerStats are a reconciler's counters since construction.
-type ReconcilerStats struct {
-	// Passes counts full passes by result: completed, halted, not_leader,
-	// error (the Source failed), canceled, closed (the queue).
-	Passes map[string]int64
-	// Objects counts objects reconciled (by passes and on demand) by
-	// result: unchanged, changed (a patch was queued), queued (the same
-	// patch already waited), error.
-	Objects map[string]int64
-	// Halted counts passes, and batches of Enqueue'd keys, halted because
-	// the queue was at capacity.
-	Halted int64
-}
-
-// Reconciler turns objects into status patches while this replica is the
-// leader. For each object it computes the desired status and compares it
-// with the current one; an unchanged object costs nothing more. For a
-// changed object it reserves room in the queue for the object's key, builds
-// the patch and sends it tagged with the epoch of our claim.
-//
-// Passes. Run makes a full pass every Interval, at once whenever leadership
-// of a new epoch is gained (whether the claim's notification or a tick comes
-// first), whenever Enqueue'd keys overflowed MaxPendingKeys, and, after a
-// pass or a batch of Enqueue'd keys halted on a full queue, as soon as half
-// of the queue is free again. ReconcileAll makes one pass synchronously.
-//
-// Latest wins, also at capacity. A changed object whose patch already waits
-// in the queue replaces it ([PatchQueue.ReserveKey]): no free slot is
-// needed, and the waiting patch is superseded, not applied stale. If the
-// waiting patch is already the one the pass would build (same epoch, equal
-// desired status), nothing is built (result queued).
-//
-// Queue full. A pass stops at the first changed object that needs a free
-// slot and finds none: quietpatch.reconcile.halted is incremented and the
-// key of the last object handled is kept as a cursor. A pass that finds the
-// queue full before its first object reconciles only the objects whose
-// patches wait in the queue (so that they are brought up to date), then
-// halts, without listing, sorting or computing anything else: a stalled
-// dispatcher costs the reconciler little CPU. A pass normally visits objects
-// in the order Source.List returns them; a pass that starts with a cursor
-// sorts them by key (namespace, then name) and starts with the first key
-// after the cursor, wrapping around, so that over successive halted passes
-// every object gets its turn: none starves. A pass that visits every
-// object clears the cursor. Passes interrupted by lost leadership or
-// cancellation leave a cursor too. Run resumes a halted pass once the
-// dispatcher has taken half of the queue, not at the next tick: a backlog
-// larger than the queue (a storm that changes every object) then keeps the
-// dispatcher busy, whatever the capacity, while the queue stays bounded.
-//
-// Halts are logged once a minute at most: at info while they are a backlog
-// being drained (a start-up or a storm larger than the queue), as a warning
-// once passes have kept halting for longer than max(1 minute, 3 intervals),
-// and at info again when a pass completes.
-//
-// On demand. Enqueue records a key (for example from an informer's event
-// handler) in a bounded coalescing set; Run reconciles the pending keys
-// between passes. ReconcileKey reconciles one key synchronously.
-//
-// Errors. An object whose Current, Desired, Equal, Key or Patch fails — by
-// returning an error or by panicking — is counted as an error and logged at
-// debug level; its queue reservation, if any, is released; the pass goes
-// on. A pass with errors logs one warning with the count and the first
-// error.
-//
-// Passes and single-key reconciles are serialized: the StatusComputer and
-// the Source are called from one goroutine at a time. All methods are safe
-// for concurrent use.
+// An unchanged object costs Current, Desired and Equal and no allocation
+// by the library. A pass that finds the pass lane full stops there
+// (halted, logged at most once a minute) and the next pass — made as soon
+// as half of the lane is free — resumes after the last object handled, in
+// key order, so none starves. An object whose computer fails or panics is
+// counted as an error and the pass goes on. Passes are serialized; all
+// methods are safe for concurrent use. Build one with [NewReconciler].
 type Reconciler[O, S, P any] struct {
-	src      Source[O]
-	comp     StatusComputer[O, S, P]
-	queue    *PatchQueue[Patch[P]]
-	leader   leader.Observer
-	id       string
-	interval time.Duration
-	clock    clock.WithTicker
-	log      *slog.Logger
-	diffOpts []cmp.Option
-	inst     *reconcileInstruments
-	counts   reconcileCounters
+	src    Source[O]
+	comp   StatusComputer[O, S, P]
+	queue  *PatchQueue[types.NamespacedName]
+	leader leader.Observer
+	opts   Options
+	inst   *reconcileInstruments
+	life   lifecycle
+	kick   chan struct{}
 
-	// mu serializes passes and single-key reconciles, and guards cursor,
-	// halts and waitingKeys.
-	mu          sync.Mutex
-	cursor      types.NamespacedName
-	hasCursor   bool
-	halts       haltLog
-	waitingKeys []string
-	passSeq     uint64 // of the current or last pass
+	passes  [6]atomic.Int64
+	objects [3]atomic.Int64
+	halted  atomic.Int64
 
-	// pendingMu guards the on-demand key set.
-	pendingMu  sync.Mutex
-	pending    map[types.NamespacedName]struct{}
-	spare      map[types.NamespacedName]struct{}
-	maxPending int
-	needFull   bool
-	kick       chan struct{}
-	started    atomic.Bool
-	runningMu  sync.Mutex
-	running    bool
-	runStopErr error
+	mu        sync.Mutex // serializes passes; guards the cursor and halt log
+	cursor    types.NamespacedName
+	hasCursor bool
+	halts     haltLog
 }
 
 // haltLog is the state of the halted-pass log.
@@ -235,384 +72,268 @@ type haltLog struct {
 	lastLog time.Time // last record about halts
 }
 
-// NewReconciler validates cfg and returns a reconciler; nothing runs until
-// Run, ReconcileAll or ReconcileKey. An invalid cfg yields a [*ConfigError]
-// naming the field.
-func NewReconciler[O, S, P any](cfg ReconcilerConfig[O, S, P]) (*Reconciler[O, S, P], error) {
-	const s = "ReconcilerConfig"
-	switch {
-	case cfg.Source == nil:
-		return nil, configErr(s, "Source", "must be set")
-	case cfg.Computer == nil:
-		return nil, configErr(s, "Computer", "must be set")
-	case cfg.Queue == nil:
-		return nil, configErr(s, "Queue", "must be set")
-	case cfg.Queue.key == nil:
-		return nil, configErr(s, "Queue", "must be built with QueueConfig.Key set to statuspatch.PatchKey: without a key a newer patch of an object cannot replace a waiting one")
-	case cfg.Leader == nil:
-		return nil, configErr(s, "Leader", "must be set")
-	case cfg.Leader.Identity() == "":
-		return nil, configErr(s, "Leader", "must have a non-empty Identity()")
-	case cfg.Interval < 0:
-		return nil, configErr(s, "Interval", "must be >= 0 (0 means 10s), got %s", cfg.Interval)
-	case cfg.MaxPendingKeys < 0:
-		return nil, configErr(s, "MaxPendingKeys", "must be >= 0 (0 means the queue's capacity), got %d", cfg.MaxPendingKeys)
+// PassResult counts what one pass did.
+type PassResult struct {
+	// Objects is how many objects the Source listed; Visited how many the
+	// pass handled before it ended, split by result into Unchanged,
+	// Changed (key queued) and Errors.
+	Objects, Visited, Unchanged, Changed, Errors int
+	// Halted: the pass stopped at a full pass lane. Resumed: it started
+	// after the cursor an earlier pass left.
+	Halted, Resumed bool
+}
+
+// ReconcilerStats are a reconciler's counters: passes by result
+// (completed, halted, not_leader, error, canceled, closed), objects by
+// result (unchanged, changed, error), and halted passes.
+type ReconcilerStats struct {
+	Passes, Objects map[string]int64
+	Halted          int64
+}
+
+// NewReconciler returns a reconciler of src's objects that adds the keys
+// of changed ones to q while l says we lead; it reads Interval, Name,
+// Logger, Meter and Clock of opts. Nothing runs until Run or ReconcileAll.
+func NewReconciler[O, S, P any](src Source[O], comp StatusComputer[O, S, P], q *PatchQueue[types.NamespacedName], l leader.Observer, opts Options) (*Reconciler[O, S, P], error) {
+	if err := checkParts(src, comp, q, l); err != nil {
+		return nil, err
 	}
-	switch f := any(cfg.Computer).(type) {
-	case ComputerFuncs[O, S, P]:
-		if err := f.validate(); err != nil {
-			return nil, configErr(s, "Computer", "%v", err)
-		}
-	case *ComputerFuncs[O, S, P]:
-		if f == nil {
-			return nil, configErr(s, "Computer", "must be set")
-		}
-		if err := f.validate(); err != nil {
-			return nil, configErr(s, "Computer", "%v", err)
-		}
-	}
-	if cfg.Interval == 0 {
-		cfg.Interval = 10 * time.Second
-	}
-	if cfg.MaxPendingKeys == 0 {
-		cfg.MaxPendingKeys = max(cfg.Queue.Cap(), 1)
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Name == "" {
-		cfg.Name = DefaultQueueName
-	}
-	r := &Reconciler[O, S, P]{
-		src:        cfg.Source,
-		comp:       cfg.Computer,
-		queue:      cfg.Queue,
-		leader:     cfg.Leader,
-		id:         cfg.Leader.Identity(),
-		interval:   cfg.Interval,
-		clock:      cfg.Clock,
-		log:        cfg.Logger.With(slog.String(pipelineAttr, cfg.Name)),
-		diffOpts:   append([]cmp.Option(nil), cfg.DiffOptions...),
-		pending:    make(map[types.NamespacedName]struct{}),
-		spare:      make(map[types.NamespacedName]struct{}),
-		maxPending: cfg.MaxPendingKeys,
-		kick:       make(chan struct{}, 1),
-		runStopErr: fmt.Errorf("%w: Run not called", ErrNotStarted),
-	}
-	inst, err := newReconcileInstruments(cfg.Meter, cfg.Name, &r.counts)
+	opts, err := opts.complete()
 	if err != nil {
-		return nil, configErr(s, "Meter", "%v", err)
+		return nil, err
 	}
-	r.inst = inst
+	r := &Reconciler[O, S, P]{src: src, comp: comp, queue: q, leader: l, opts: opts, kick: make(chan struct{}, 1)}
+	if r.inst, err = newReconcileInstruments(opts, r.Stats); err != nil {
+		return nil, err
+	}
 	return r, nil
 }
 
-// objResult is the result of reconciling one object.
-type objResult int
-
-const (
-	resUnchanged objResult = iota
-	resChanged
-	resQueued // changed; the same patch already waits
-	resError
-	resFull   // no queue slot: the object was not handled
-	resClosed // queue closed: the object was not handled
-)
-
-// reconcileOne handles one object. It allocates nothing when the status is
-// unchanged. err is set for resError, resFull and resClosed. A panic in the
-// StatusComputer becomes resError, and a reservation taken is released.
-func (r *Reconciler[O, S, P]) reconcileOne(ctx context.Context, obj O, epoch int64) (res objResult, err error) {
-	var (
-		stage  = "Current"
-		permit Permit[Patch[P]]
-	)
-	defer func() {
-		if v := recover(); v != nil {
-			permit.Release()
-			res, err = resError, fmt.Errorf("StatusComputer.%s panicked: %v", stage, v)
-		}
-	}()
-	current := r.comp.Current(obj)
-	stage = "Desired"
-	desired, err := r.comp.Desired(obj)
-	if err != nil {
-		return resError, fmt.Errorf("desired status: %w", err)
+// checkParts names the first missing part.
+func checkParts[O, S, P any](src Source[O], comp StatusComputer[O, S, P], q *PatchQueue[types.NamespacedName], l leader.Observer) error {
+	missing := func(f string) error { return &leader.ConfigError{Field: f, Reason: "must not be nil"} }
+	switch {
+	case src == nil:
+		return missing("Source")
+	case comp == nil:
+		return missing("Computer")
+	case q == nil:
+		return missing("Queue")
 	}
-	stage = "Equal"
-	if r.comp.Equal(current, desired) {
-		return resUnchanged, nil
-	}
-	stage = "Key"
-	key := keyString(r.comp.Key(obj))
-	if w, ok := r.queue.Waiting(key); ok && w.Epoch == epoch {
-		if ws, ok := w.desired.(S); ok {
-			stage = "Equal"
-			if r.comp.Equal(ws, desired) {
-				return resQueued, nil
-			}
+	if f, ok := any(comp).(ComputerFuncs[O, S, P]); ok {
+		if err := f.validate(); err != nil {
+			return &leader.ConfigError{Field: "Computer", Reason: err.Error()}
 		}
 	}
-	permit, err = r.queue.ReserveKey(key)
-	if err != nil {
-		if errors.Is(err, ErrClosed) {
-			return resClosed, err
+	return checkLeader(l)
+}
+
+// Enqueue asks for the objects with keys to be reconciled soon: the keys
+// of one event. Up to [FreshFanout] keys go to the fresh lane, served
+// before the passes' keys; more, or a full fresh lane, make a pass
+// instead, which queues only the objects that changed. Nothing is queued
+// while we do not lead (the pass made on gaining the lead covers every
+// object). It never blocks.
+func (r *Reconciler[O, S, P]) Enqueue(keys ...types.NamespacedName) {
+	if len(keys) == 0 || !r.leader.Current().IsCurrentFor(r.leader.Identity(), r.opts.Clock.Now()) {
+		return
+	}
+	if len(keys) > FreshFanout {
+		r.Resync()
+		return
+	}
+	for _, k := range keys {
+		if err := r.queue.Add(k, LaneFresh); errors.Is(err, ErrFull) {
+			r.Resync()
+			return
 		}
-		return resFull, err
 	}
-	stage = "Patch"
-	payload, err := r.comp.Patch(obj, desired)
-	if err != nil {
-		permit.Release()
-		return resError, fmt.Errorf("build patch: %w", err)
-	}
-	if err := permit.Send(Patch[P]{Key: key, Epoch: epoch, Payload: payload, desired: desired, pass: r.passSeq}); err != nil {
-		if errors.Is(err, ErrClosed) {
-			return resClosed, err
-		}
-		return resFull, err
-	}
-	if r.log.Enabled(ctx, slog.LevelDebug) {
-		r.log.LogAttrs(ctx, slog.LevelDebug, "statuspatch: status changed, patch queued",
-			slog.String("key", key), slog.Int64("epoch", epoch),
-			slog.String("diff", safeDiff(current, desired, r.diffOpts)))
-	}
-	return resChanged, nil
 }
 
-// keyString formats key as client-go's cache keys: "namespace/name", or
-// "name" for cluster-scoped objects.
-func keyString(key types.NamespacedName) string {
-	if key.Namespace == "" {
-		return key.Name
+// Resync asks Run for a full pass soon.
+func (r *Reconciler[O, S, P]) Resync() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
 	}
-	return key.Namespace + "/" + key.Name
 }
 
-// parseKey is the inverse of keyString.
-func parseKey(s string) types.NamespacedName {
-	if ns, name, ok := strings.Cut(s, "/"); ok {
-		return types.NamespacedName{Namespace: ns, Name: name}
-	}
-	return types.NamespacedName{Name: s}
-}
-
-// leaderClaim returns the current claim and whether it is ours now.
-func (r *Reconciler[O, S, P]) leaderClaim() (leader.Claim, bool) {
-	c := r.leader.Current()
-	return c, c.IsCurrentFor(r.id, r.clock.Now())
-}
-
-// compareKeys orders keys by namespace, then name.
-func compareKeys(a, b types.NamespacedName) int {
-	if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
-		return c
-	}
-	return strings.Compare(a.Name, b.Name)
-}
-
-// leaderCheckEvery is how many objects a pass handles between two checks
-// that the claim is still ours and ctx is not done.
-const leaderCheckEvery = 256
-
-// ReconcileAll makes one full pass now, if we are the leader, and returns
-// what it did. Run calls it every Interval; call it directly when you drive
-// passes yourself.
-//
-// It returns an error wrapping [ErrNotLeader] when the claim is not ours (at
-// the start, or when it changes during the pass), [ErrFull] when the pass
-// halted on a full queue (result.Halted is set too), [ErrClosed] when the
-// queue is closed, the Source's error, or ctx's error. Objects whose status
-// could not be computed do not make it fail: they are counted in
-// result.Errors.
+// ReconcileAll makes one pass now, if we lead: it returns what it did, and
+// an error wrapping [ErrNotLeader], [ErrFull] (halted), [ErrClosed], the
+// Source's error or ctx's.
 func (r *Reconciler[O, S, P]) ReconcileAll(ctx context.Context) (PassResult, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	start := r.clock.Now()
+	start := r.opts.Clock.Now()
 	res, kind, err := r.pass(ctx)
-	i := passIndex(kind)
-	r.counts.passes[i].Add(1)
-	r.inst.recordPass(ctx, i, r.clock.Since(start))
-	if kind != passNotLeader && kind != passCanceled && kind != passClosed {
-		r.logHalts(ctx, res, kind == passHalted, start)
+	r.passes[kind].Add(1)
+	r.inst.pass(kind, r.opts.Clock.Since(start))
+	if kind == passHalted || kind == passCompleted {
+		r.logHalts(ctx, res, kind == passHalted, r.opts.Clock.Now())
 	}
 	return res, err
 }
 
-// count adds one object's result to the counters and to res.
-func (r *Reconciler[O, S, P]) count(res *PassResult, result objResult) {
-	switch result {
-	case resUnchanged:
-		res.Unchanged++
-		r.counts.objects[0].Add(1)
-	case resChanged:
-		res.Changed++
-		r.counts.objects[1].Add(1)
-	case resQueued:
-		res.Queued++
-		r.counts.objects[2].Add(1)
-	case resError:
-		res.Errors++
-		r.counts.objects[3].Add(1)
-	}
+func (r *Reconciler[O, S, P]) claim() (leader.Claim, bool) {
+	c := r.leader.Current()
+	return c, c.IsCurrentFor(r.leader.Identity(), r.opts.Clock.Now())
 }
 
-// pass does the work of ReconcileAll with r.mu held and reports the pass
-// result.
-func (r *Reconciler[O, S, P]) pass(ctx context.Context) (res PassResult, kind string, err error) {
-	claim, ok := r.leaderClaim()
+// pass does the work of ReconcileAll with r.mu held.
+func (r *Reconciler[O, S, P]) pass(ctx context.Context) (res PassResult, kind int, err error) {
+	claim, ok := r.claim()
 	if !ok {
 		return res, passNotLeader, ErrNotLeader
 	}
-	if err := ctx.Err(); err != nil {
-		return res, passCanceled, err
-	}
-	r.passSeq++
-	if r.queue.free() == 0 {
-		// Nothing but the waiting patches can change: refresh them and
-		// halt, without listing or computing anything else.
-		r.refreshWaiting(ctx, claim.Epoch, &res)
-		res.Halted = true
-		r.counts.halted.Add(1)
-		return res, passHalted, fmt.Errorf("statuspatch: reconcile pass halted before its first object (%d waiting patches checked): %w", res.Visited, ErrFull)
-	}
 	objs, err := r.src.List()
 	if err != nil {
-		r.log.LogAttrs(ctx, slog.LevelWarn, "statuspatch: reconcile pass failed: listing objects", slog.Any("error", err))
+		r.opts.Logger.Warn("statuspatch: reconcile pass failed: listing objects", slog.Any("error", err))
 		return res, passError, fmt.Errorf("statuspatch: list objects: %w", err)
 	}
-	n := len(objs)
-	res.Objects = n
+	res.Objects = len(objs)
+	var keys []types.NamespacedName // in objs' order, when resuming
 	first := 0
-	if r.hasCursor && n > 0 {
+	if r.hasCursor && len(objs) > 0 {
 		res.Resumed = true
-		slices.SortFunc(objs, func(a, b O) int { return compareKeys(r.comp.Key(a), r.comp.Key(b)) })
-		cursor := r.cursor
-		first, _ = slices.BinarySearchFunc(objs, cursor, func(o O, k types.NamespacedName) int {
-			if compareKeys(r.comp.Key(o), k) <= 0 {
-				return -1 // o is at or before the cursor: already handled
-			}
-			return 1
-		})
-		if first == n {
+		objs, keys = r.sortByKey(objs)
+		first, _ = slices.BinarySearchFunc(keys, r.cursor, compareKeys)
+		if first < len(keys) && keys[first] == r.cursor {
+			first++
+		}
+		if first >= len(objs) {
 			first = 0
 		}
 	}
-
-	var (
-		firstErr    error
-		firstErrKey types.NamespacedName
-		last        = -1 // index of the last object handled
-		stopErr     error
-	)
+	var firstErr error
 	kind = passCompleted
-	for j := range n {
-		i := first + j
-		if i >= n {
-			i -= n
-		}
+	last := -1
+	for j := range objs {
+		i := (first + j) % len(objs)
 		if j%leaderCheckEvery == leaderCheckEvery-1 {
-			if err := ctx.Err(); err != nil {
-				kind, stopErr = passCanceled, err
+			if ctx.Err() != nil {
+				kind, err = passCanceled, ctx.Err()
 				break
 			}
-			if c, ok := r.leaderClaim(); !ok || c.Epoch != claim.Epoch {
-				kind, stopErr = passNotLeader, fmt.Errorf("%w: leadership changed during the pass", ErrNotLeader)
+			if c, ok := r.claim(); !ok || c.Epoch != claim.Epoch {
+				kind, err = passNotLeader, fmt.Errorf("%w: leadership changed during the pass", ErrNotLeader)
 				break
 			}
 		}
-		result, err := r.reconcileOne(ctx, objs[i], claim.Epoch)
-		r.count(&res, result)
-		switch result {
-		case resError:
-			key := r.safeKey(objs[i])
+		key, changed, cerr := r.check(objs[i], keys, i)
+		if cerr == nil && changed {
+			if aerr := r.queue.Add(key, LanePass); aerr != nil {
+				kind = passClosed
+				if errors.Is(aerr, ErrFull) {
+					kind, res.Halted = passHalted, true
+					r.halted.Add(1)
+				}
+				err = fmt.Errorf("statuspatch: reconcile pass stopped at object %d of %d: %w", j+1, len(objs), aerr)
+				break
+			}
+		}
+		switch {
+		case cerr != nil:
+			res.Errors++
+			r.objects[objError].Add(1)
 			if firstErr == nil {
-				firstErr, firstErrKey = err, key
+				firstErr = fmt.Errorf("%s: %w", key, cerr)
 			}
-			if r.log.Enabled(ctx, slog.LevelDebug) {
-				r.log.LogAttrs(ctx, slog.LevelDebug, "statuspatch: object not reconciled",
-					slog.String("key", keyString(key)), slog.Any("error", err))
-			}
-		case resFull:
-			res.Halted = true
-			kind, stopErr = passHalted, fmt.Errorf("statuspatch: reconcile pass halted at object %d of %d: %w", j+1, n, err)
-			r.counts.halted.Add(1)
-			r.refreshWaiting(ctx, claim.Epoch, &res)
-		case resClosed:
-			kind, stopErr = passClosed, err
+		case changed:
+			res.Changed++
+			r.objects[objChanged].Add(1)
+		default:
+			res.Unchanged++
+			r.objects[objUnchanged].Add(1)
 		}
-		if stopErr != nil {
-			break
-		}
-		last = i
 		res.Visited++
+		last = i
 	}
-	if stopErr != nil {
-		if last >= 0 {
-			r.cursor, r.hasCursor = r.safeKey(objs[last]), true
+	switch {
+	case err == nil:
+		r.hasCursor = false
+	case last >= 0:
+		if keys == nil {
+			k, _ := r.key(objs[last])
+			r.cursor, r.hasCursor = k, true
+		} else {
+			r.cursor, r.hasCursor = keys[last], true
 		}
-	} else {
-		r.cursor, r.hasCursor = types.NamespacedName{}, false
 	}
-
 	if res.Errors > 0 {
-		r.log.LogAttrs(ctx, slog.LevelWarn, "statuspatch: some objects were not reconciled",
-			slog.Int("errors", res.Errors), slog.Int("objects", n),
-			slog.String("first_key", keyString(firstErrKey)), slog.Any("first_error", firstErr))
+		r.opts.Logger.Warn("statuspatch: some objects were not reconciled",
+			slog.Int("errors", res.Errors), slog.Int("objects", len(objs)), slog.Any("first_error", firstErr))
 	}
-	if r.log.Enabled(ctx, slog.LevelDebug) {
-		r.log.LogAttrs(ctx, slog.LevelDebug, "statuspatch: reconcile pass done",
-			slog.String("result", kind), slog.Int("objects", n), slog.Int("visited", res.Visited),
-			slog.Int("unchanged", res.Unchanged), slog.Int("changed", res.Changed), slog.Int("queued", res.Queued),
-			slog.Int("errors", res.Errors), slog.Bool("resumed", res.Resumed), slog.Int64("epoch", claim.Epoch))
-	}
-	return res, kind, stopErr
+	return res, kind, err
 }
 
-// refreshWaiting reconciles the objects whose patches wait in the queue
-// from earlier passes, when a pass halts on a full queue: a newer status
-// replaces a waiting patch without a free slot, so the queue never applies
-// a patch a later pass knows to be out of date, however long passes keep
-// halting (a halted pass does not reach the objects before its cursor). It
-// costs a Get and a computation per waiting patch, at most the capacity.
-func (r *Reconciler[O, S, P]) refreshWaiting(ctx context.Context, epoch int64, res *PassResult) {
-	r.waitingKeys = r.queue.appendWaitingKeys(r.waitingKeys[:0])
-	defer clear(r.waitingKeys)
-	for _, k := range r.waitingKeys {
-		if w, ok := r.queue.Waiting(k); !ok || w.pass == r.passSeq {
-			continue // delivered meanwhile, or built by this pass
+// check compares an object's current and desired status, recovering from
+// a panicking computer. keys, when not nil, holds the keys by index.
+func (r *Reconciler[O, S, P]) check(obj O, keys []types.NamespacedName, i int) (key types.NamespacedName, changed bool, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("StatusComputer panicked: %v", v)
 		}
-		obj, found, err := r.src.Get(parseKey(k))
-		if err != nil || !found {
-			continue // the patch will fail or be dropped; the next pass sees the object
-		}
-		result, _ := r.reconcileOne(ctx, obj, epoch)
-		r.count(res, result)
-		if result == resClosed {
-			return
-		}
-		if result != resFull {
-			res.Visited++
-		}
+	}()
+	if keys != nil {
+		key = keys[i]
 	}
+	current := r.comp.Current(obj)
+	desired, err := r.comp.Desired(obj)
+	if err != nil || r.comp.Equal(current, desired) {
+		return key, false, err
+	}
+	if keys == nil {
+		key = r.comp.Key(obj)
+	}
+	return key, true, nil
 }
 
-// safeKey returns the object's key, or the zero key if Key panics (the
-// object is then counted as an error by reconcileOne already).
-func (r *Reconciler[O, S, P]) safeKey(obj O) (k types.NamespacedName) {
-	defer func() { _ = recover() }()
-	return r.comp.Key(obj)
+// key returns the object's key, or an error if Key panics.
+func (r *Reconciler[O, S, P]) key(obj O) (k types.NamespacedName, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("StatusComputer.Key panicked: %v", v)
+		}
+	}()
+	return r.comp.Key(obj), nil
 }
 
-// logHalts writes the records about halted passes: see [Reconciler].
+// sortByKey returns the objects whose Key works sorted by key, with their
+// keys; the others are counted as errors and left out.
+func (r *Reconciler[O, S, P]) sortByKey(objs []O) ([]O, []types.NamespacedName) {
+	type keyed struct {
+		k types.NamespacedName
+		o O
+	}
+	ks := make([]keyed, 0, len(objs))
+	for _, o := range objs {
+		k, err := r.key(o)
+		if err != nil {
+			r.objects[objError].Add(1)
+			continue
+		}
+		ks = append(ks, keyed{k, o})
+	}
+	slices.SortFunc(ks, func(a, b keyed) int { return compareKeys(a.k, b.k) })
+	out, keys := objs[:0], make([]types.NamespacedName, len(ks))
+	for i, x := range ks {
+		out, keys[i] = append(out, x.o), x.k
+	}
+	return out, keys
+}
+
+func compareKeys(a, b types.NamespacedName) int {
+	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+}
+
+// logHalts writes at most one record a minute about halted passes: info
+// while a backlog drains, a warning once passes have kept halting for
+// max(1 minute, 3 intervals), info when a pass completes again.
 func (r *Reconciler[O, S, P]) logHalts(ctx context.Context, res PassResult, halted bool, now time.Time) {
 	h := &r.halts
 	if !halted {
 		if h.streak > 0 {
-			r.log.LogAttrs(ctx, slog.LevelInfo, "statuspatch: backlog drained: a reconcile pass completed",
+			r.opts.Logger.LogAttrs(ctx, slog.LevelInfo, "statuspatch: backlog drained: a reconcile pass completed",
 				slog.Int("halted_passes", h.streak), slog.Duration("after", now.Sub(h.since)))
 		}
 		*h = haltLog{}
@@ -626,171 +347,41 @@ func (r *Reconciler[O, S, P]) logHalts(ctx context.Context, res PassResult, halt
 		return
 	}
 	h.lastLog = now
-	resumeAfter := "(none: the next pass starts from the first object listed)"
-	if r.hasCursor {
-		resumeAfter = keyString(r.cursor)
-	}
-	attrs := []slog.Attr{
-		slog.Int("capacity", r.queue.Cap()),
-		slog.Int("objects", res.Objects),
-		slog.Int("visited", res.Visited),
-		slog.Int("queued_this_pass", res.Changed),
-		slog.String("resume_after", resumeAfter),
-		slog.Int("halted_passes", h.streak),
-		slog.Duration("interval", r.interval),
-	}
-	if now.Sub(h.since) < max(time.Minute, 3*r.interval) {
-		r.log.LogAttrs(ctx, slog.LevelInfo,
-			"statuspatch: backlog: more changed objects than the patch queue holds; passes resume where they stopped until it is drained", attrs...)
+	attrs := []slog.Attr{slog.Int("capacity", r.queue.Cap()), slog.Int("objects", res.Objects),
+		slog.Int("visited", res.Visited), slog.Int("queued_this_pass", res.Changed),
+		slog.String("resume_after", r.cursor.String()), slog.Int("halted_passes", h.streak)}
+	if now.Sub(h.since) < max(time.Minute, 3*r.opts.Interval) {
+		r.opts.Logger.LogAttrs(ctx, slog.LevelInfo,
+			"statuspatch: backlog: more changed objects than the pass lane holds; passes resume where they stopped until it is drained", attrs...)
 		return
 	}
 	attrs = append(attrs, slog.Duration("halting_for", now.Sub(h.since)), slog.String("hint",
-		"the dispatcher does not drain in one interval what passes produce: "+
-			"capacity should hold the patches the API server absorbs in one interval "+
-			"(interval / per-patch latency, where latency is at least 1/QPS of the client's rate limiter; statuspatch.SuggestCapacity); "+
-			"raise the capacity, the dispatcher's concurrency or the client's QPS, or lengthen the interval"))
-	r.log.LogAttrs(ctx, slog.LevelWarn,
-		"statuspatch: reconcile passes keep halting: the patch queue stays at capacity", attrs...)
+		"the dispatcher does not drain what passes find changed: raise the capacity or the in-flight limit, or lengthen the interval"))
+	r.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "statuspatch: reconcile passes keep halting: the pass lane stays at capacity", attrs...)
 }
 
-// ReconcileKey reconciles the object with key now, if we are the leader. It
-// returns true when a patch was queued. It returns false and nil when the
-// object does not exist, its status is unchanged, or the same patch already
-// waits; an error wrapping [ErrNotLeader], [ErrFull] or [ErrClosed] when no
-// patch could be queued; the Source's error; or the StatusComputer's error.
-func (r *Reconciler[O, S, P]) ReconcileKey(ctx context.Context, key types.NamespacedName) (bool, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	claim, ok := r.leaderClaim()
-	if !ok {
-		return false, ErrNotLeader
-	}
-	return r.reconcileKey(ctx, key, claim.Epoch)
-}
-
-// reconcileKey does the work of ReconcileKey with r.mu held.
-func (r *Reconciler[O, S, P]) reconcileKey(ctx context.Context, key types.NamespacedName, epoch int64) (bool, error) {
-	obj, found, err := r.src.Get(key)
-	if err != nil {
-		return false, fmt.Errorf("statuspatch: get %s: %w", key, err)
-	}
-	if !found {
-		return false, nil
-	}
-	result, err := r.reconcileOne(ctx, obj, epoch)
-	var res PassResult
-	r.count(&res, result)
-	switch result {
-	case resUnchanged, resQueued:
-		return false, nil
-	case resChanged:
-		return true, nil
-	}
-	return false, fmt.Errorf("statuspatch: reconcile %s: %w", key, err)
-}
-
-// Enqueue asks for the object with key to be reconciled soon by Run. Keys
-// coalesce: a key enqueued again before Run got to it is reconciled once.
-// The set of pending keys is bounded by MaxPendingKeys; when it would
-// overflow it is replaced by one full pass, which covers every key. Enqueue
-// never blocks and is cheap enough to call from an informer's event
-// handler. Pending keys are discarded while we are not the leader: the pass
-// made on gaining leadership covers them.
-func (r *Reconciler[O, S, P]) Enqueue(key types.NamespacedName) {
-	r.pendingMu.Lock()
-	if !r.needFull {
-		if _, ok := r.pending[key]; !ok {
-			if len(r.pending) >= r.maxPending {
-				clear(r.pending)
-				r.needFull = true
-			} else {
-				r.pending[key] = struct{}{}
-			}
-		}
-	}
-	r.pendingMu.Unlock()
-	select {
-	case r.kick <- struct{}{}:
-	default:
-	}
-}
-
-// takePending returns the pending keys and whether a full pass was asked
-// for, and empties the set. The returned map is valid until the next call.
-func (r *Reconciler[O, S, P]) takePending() (map[types.NamespacedName]struct{}, bool) {
-	r.pendingMu.Lock()
-	defer r.pendingMu.Unlock()
-	keys, full := r.pending, r.needFull
-	clear(r.spare)
-	r.pending, r.spare = r.spare, keys
-	r.needFull = false
-	return keys, full
-}
-
-// reconcilePending reconciles the keys enqueued since the last call. When the
-// queue is full it stops, forgets the remaining keys (the next full pass
-// covers them) and reports halted.
-func (r *Reconciler[O, S, P]) reconcilePending(ctx context.Context, keys map[types.NamespacedName]struct{}) (halted bool, err error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	claim, ok := r.leaderClaim()
-	if !ok {
-		return false, nil
-	}
-	for key := range keys {
-		if ctx.Err() != nil {
-			return false, nil
-		}
-		_, err := r.reconcileKey(ctx, key, claim.Epoch)
-		switch {
-		case err == nil:
-		case errors.Is(err, ErrClosed):
-			return false, err
-		case errors.Is(err, ErrFull):
-			r.counts.halted.Add(1)
-			if r.log.Enabled(ctx, slog.LevelDebug) {
-				r.log.LogAttrs(ctx, slog.LevelDebug, "statuspatch: on-demand reconcile halted: the patch queue is at capacity; a full pass covers the remaining keys once half the queue is free",
-					slog.Int("capacity", r.queue.Cap()), slog.Int("pending", len(keys)))
-			}
-			return true, nil
-		default:
-			if r.log.Enabled(ctx, slog.LevelDebug) {
-				r.log.LogAttrs(ctx, slog.LevelDebug, "statuspatch: object not reconciled",
-					slog.String("key", keyString(key)), slog.Any("error", err))
-			}
-		}
-	}
-	return false, nil
-}
-
-// Run reconciles while we are the leader until ctx is cancelled, and returns
-// nil then; it returns an error wrapping [ErrClosed] if the queue is closed,
-// and [ErrAlreadyStarted] if called twice. It makes a full pass at every
-// tick of an Interval ticker, one at once whenever leadership of a new epoch
-// is gained — observed through Leader.Subscribe or at a tick, whichever
-// comes first — and reconciles Enqueue'd keys as they come. After a pass (or
-// Enqueue'd keys) halted on a full queue, it makes a full pass as soon as
-// half of the queue is free again. A tick that comes less than Interval/2
-// after the start of the last full pass (for example just after the pass
-// made on gaining leadership) is skipped. While we are not the leader Run
-// only waits.
+// Run reconciles while we lead, until ctx ends (nil) or the queue is
+// closed (an error wrapping ErrClosed); a second call returns
+// leader.ErrAlreadyStarted. It makes a full pass at every tick of
+// Interval (skipping a tick less than Interval/2 after the last pass), at
+// once on gaining leadership of a new epoch — seen by notification or at
+// a tick, whichever comes first —, on Resync, and after a halted pass as
+// soon as half of the pass lane is free.
 func (r *Reconciler[O, S, P]) Run(ctx context.Context) error {
-	if !r.started.CompareAndSwap(false, true) {
-		return ErrAlreadyStarted
+	if err := r.life.start(); err != nil {
+		return err
 	}
 	changes, unsubscribe := r.leader.Subscribe()
 	defer unsubscribe()
-	ticker := r.clock.NewTicker(r.interval)
+	ticker := r.opts.Clock.NewTicker(r.opts.Interval)
 	defer ticker.Stop()
-
-	r.setRunning(true, nil)
 	err := r.loop(ctx, changes, ticker.C())
 	reason := "context cancelled"
 	if err != nil {
 		reason = err.Error()
 	}
-	r.setRunning(false, fmt.Errorf("%w: reconciler stopped: %s", ErrStopped, reason))
-	r.log.LogAttrs(context.Background(), slog.LevelInfo, "statuspatch: reconciler stopped", slog.String("reason", reason))
+	r.life.stop("reconciler", reason)
+	r.opts.Logger.Info("statuspatch: reconciler stopped", slog.String("reason", reason))
 	return err
 }
 
@@ -798,38 +389,25 @@ func (r *Reconciler[O, S, P]) loop(ctx context.Context, changes <-chan leader.Cl
 	var (
 		leading   bool
 		epoch     int64
-		lastStart time.Time // start of the last full pass
-		// room is closed once half the queue is free again after a
-		// pass (or on-demand keys) halted on a full queue: the pass
-		// resumes then rather than at the next tick, so that a backlog
-		// larger than the queue keeps the dispatcher busy.
-		room <-chan struct{}
+		lastStart time.Time
+		room      <-chan struct{} // after a halted pass: half of the lane free
 	)
-	halted := func() { room = r.queue.roomSignal(max(r.queue.Cap()/2, 1)) }
-	// full makes a pass; only a closed queue ends Run.
 	full := func() error {
-		lastStart = r.clock.Now()
-		room = nil
+		lastStart, room = r.opts.Clock.Now(), nil
 		_, err := r.ReconcileAll(ctx)
 		switch {
 		case errors.Is(err, ErrClosed):
 			return err
 		case errors.Is(err, ErrFull):
-			halted()
+			room = r.queue.Room(LanePass, max(r.queue.Cap()/2, 1))
 		}
 		return nil
 	}
-	// handle reacts to a claim, from a notification or read at a tick: a
-	// pass when leadership of a new epoch is gained, whichever way it is
-	// first seen; at a tick, the periodic pass.
 	handle := func(c leader.Claim, tick bool) error {
-		cur := c.IsCurrentFor(r.id, r.clock.Now())
+		cur := c.IsCurrentFor(r.leader.Identity(), r.opts.Clock.Now())
 		gained := cur && (!leading || c.Epoch != epoch)
 		leading, epoch = cur, c.Epoch
-		switch {
-		case gained:
-			return full()
-		case tick && cur && (lastStart.IsZero() || r.clock.Since(lastStart) >= r.interval/2):
+		if gained || tick && cur && (lastStart.IsZero() || r.opts.Clock.Since(lastStart) >= r.opts.Interval/2) {
 			return full()
 		}
 		return nil
@@ -838,6 +416,7 @@ func (r *Reconciler[O, S, P]) loop(ctx context.Context, changes <-chan leader.Cl
 		return err
 	}
 	for {
+		var err error
 		select {
 		case <-ctx.Done():
 			return nil
@@ -846,79 +425,39 @@ func (r *Reconciler[O, S, P]) loop(ctx context.Context, changes <-chan leader.Cl
 				changes = nil
 				continue
 			}
-			if err := handle(c, false); err != nil {
-				return err
-			}
+			err = handle(c, false)
 		case <-ticks:
-			if err := handle(r.leader.Current(), true); err != nil {
-				return err
-			}
+			err = handle(r.leader.Current(), true)
 		case <-room:
 			room = nil
-			if _, ok := r.leaderClaim(); !ok {
-				continue // the pass on gaining leadership resumes
-			}
-			if err := full(); err != nil {
-				return err
+			if _, ok := r.claim(); ok {
+				err = full()
 			}
 		case <-r.kick:
-			keys, wantFull := r.takePending()
-			if _, ok := r.leaderClaim(); !ok {
-				continue // the pass on gaining leadership covers them
+			if _, ok := r.claim(); ok {
+				err = full()
 			}
-			if wantFull {
-				if err := full(); err != nil {
-					return err
-				}
-				continue
-			}
-			stopped, err := r.reconcilePending(ctx, keys)
-			if err != nil {
-				return err
-			}
-			if stopped && room == nil {
-				halted()
-			}
+		}
+		if err != nil {
+			return err
 		}
 	}
 }
 
-func (r *Reconciler[O, S, P]) setRunning(running bool, stopErr error) {
-	r.runningMu.Lock()
-	r.running = running
-	if stopErr != nil {
-		r.runStopErr = stopErr
-	}
-	r.runningMu.Unlock()
-}
-
-// Healthy reports whether Run is running: nil while it is, an error wrapping
-// [ErrNotStarted] before it was called and [ErrStopped] (with the reason)
-// after it returned. A reconciler that is not the leader is healthy: it
-// waits.
-func (r *Reconciler[O, S, P]) Healthy() error {
-	r.runningMu.Lock()
-	defer r.runningMu.Unlock()
-	if r.running {
-		return nil
-	}
-	return r.runStopErr
-}
+// Healthy returns nil while Run runs, else an error wrapping
+// [ErrNotRunning]. A reconciler that does not lead is healthy: it waits.
+func (r *Reconciler[O, S, P]) Healthy() error { return r.life.healthy() }
 
 // Stats returns the reconciler's counters.
 func (r *Reconciler[O, S, P]) Stats() ReconcilerStats {
-	s := ReconcilerStats{
-		Passes:  make(map[string]int64, numPassResults),
-		Objects: make(map[string]int64, numObjResults),
-		Halted:  r.counts.halted.Load(),
-	}
-	for i, k := range passResults() {
-		if n := r.counts.passes[i].Load(); n > 0 {
+	s := ReconcilerStats{Passes: map[string]int64{}, Objects: map[string]int64{}, Halted: r.halted.Load()}
+	for i, k := range passResults {
+		if n := r.passes[i].Load(); n > 0 {
 			s.Passes[k] = n
 		}
 	}
-	for i, k := range objResults() {
-		if n := r.counts.objects[i].Load(); n > 0 {
+	for i, k := range objResults {
+		if n := r.objects[i].Load(); n > 0 {
 			s.Objects[k] = n
 		}
 	}

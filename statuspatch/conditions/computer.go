@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/clock"
 
+	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch"
 )
 
@@ -97,11 +98,11 @@ type Computer[O metav1.Object] struct {
 var _ statuspatch.StatusComputer[*unstructured.Unstructured, Status, statuspatch.MergePatch] = (*Computer[*unstructured.Unstructured])(nil)
 
 // New returns a Computer for objects of type O, or an error: a
-// [*statuspatch.ConfigError] when Conditions is nil, an error wrapping
+// [*leader.ConfigError] when Conditions is nil, an error wrapping
 // [ErrInvalidType] when O has not the status shape described on [Computer].
 func New[O metav1.Object](cfg Config[O]) (*Computer[O], error) {
 	if cfg.Conditions == nil {
-		return nil, &statuspatch.ConfigError{Config: "conditions.Config", Field: "Conditions", Reason: "must be set"}
+		return nil, &leader.ConfigError{Field: "Conditions", Reason: "must be set"}
 	}
 	c := &Computer[O]{cfg: cfg, clk: cfg.Clock}
 	if c.clk == nil {

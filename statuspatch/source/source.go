@@ -19,8 +19,8 @@ import (
 // cache's own objects (no copies); an object of another type in the cache
 // is an error. It also reports whether the cache has synced (HasSynced),
 // which the quietpatch pipeline waits for, and, when built from an
-// informer, lets the pipeline register its event handler
-// (AddEventHandler).
+// informer, gives the pipeline the informer to register its event handler
+// with (Informer).
 type Cache[O any] struct {
 	indexer  cache.Indexer
 	synced   func() bool
@@ -80,14 +80,9 @@ func (c *Cache[O]) Get(key types.NamespacedName) (O, bool, error) {
 // HasSynced reports whether the cache has synced.
 func (c *Cache[O]) HasSynced() bool { return c.synced() }
 
-// AddEventHandler registers h with the informer the Cache was built from.
-// It fails for a Cache built from an Indexer.
-func (c *Cache[O]) AddEventHandler(h cache.ResourceEventHandler) (cache.ResourceEventHandlerRegistration, error) {
-	if c.informer == nil {
-		return nil, fmt.Errorf("source: a Cache built from an Indexer has no informer to register an event handler with")
-	}
-	return c.informer.AddEventHandler(h)
-}
+// Informer returns the informer the Cache was built from, nil for a Cache
+// built from an Indexer: quietpatch.New registers its event handler on it.
+func (c *Cache[O]) Informer() cache.SharedIndexInformer { return c.informer }
 
 func typeError[O any](it any) error {
 	return fmt.Errorf("source: the cache holds a %T, want %v", it, reflect.TypeFor[O]())
