@@ -105,24 +105,24 @@
 // to underscores).
 //
 //	name                                   kind       unit          attributes and values                                 Prometheus name
-//	quietpatch.queue.enqueued              counter    {patch}       pipeline                                              quietpatch_queue_enqueued_total
-//	quietpatch.queue.dequeued              counter    {patch}       pipeline                                              quietpatch_queue_dequeued_total
-//	quietpatch.queue.superseded            counter    {patch}       pipeline                                              quietpatch_queue_superseded_total
-//	quietpatch.queue.dropped               counter    {patch}       pipeline, reason: full closed expired                 quietpatch_queue_dropped_total
-//	quietpatch.queue.depth                 gauge      {patch}       pipeline                                              quietpatch_queue_depth
-//	quietpatch.queue.depth.peak_ewma       gauge      {patch}       pipeline                                              quietpatch_queue_depth_peak_ewma
-//	quietpatch.queue.capacity              gauge      {patch}       pipeline                                              quietpatch_queue_capacity
+//	quietpatch.queue.enqueued              counter    {key}         pipeline                                              quietpatch_queue_enqueued_total
+//	quietpatch.queue.dequeued              counter    {key}         pipeline                                              quietpatch_queue_dequeued_total
+//	quietpatch.queue.superseded            counter    {key}         pipeline                                              quietpatch_queue_superseded_total
+//	quietpatch.queue.dropped               counter    {key}         pipeline, reason: full closed                         quietpatch_queue_dropped_total
+//	quietpatch.queue.depth                 gauge      {key}         pipeline                                              quietpatch_queue_depth
+//	quietpatch.queue.depth.peak_ewma       gauge      {key}         pipeline                                              quietpatch_queue_depth_peak_ewma
+//	quietpatch.queue.capacity              gauge      {key}         pipeline                                              quietpatch_queue_capacity
 //	quietpatch.queue.wait                  histogram  s             pipeline                                              quietpatch_queue_wait_seconds
 //	quietpatch.reconcile.passes            counter    {pass}        pipeline, result: completed halted not_leader         quietpatch_reconcile_passes_total
 //	                                                                error canceled closed
 //	quietpatch.reconcile.duration          histogram  s             pipeline, result (as passes)                          quietpatch_reconcile_duration_seconds
-//	quietpatch.reconcile.objects           counter    {object}      pipeline, result: unchanged changed queued error      quietpatch_reconcile_objects_total
+//	quietpatch.reconcile.objects           counter    {object}      pipeline, result: unchanged changed error             quietpatch_reconcile_objects_total
 //	quietpatch.reconcile.halted            counter    {pass}        pipeline                                              quietpatch_reconcile_halted_total
 //	quietpatch.dispatch.patches            counter    {patch}       pipeline, outcome: ok conflict not_found forbidden    quietpatch_dispatch_patches_total
 //	                                                                unauthorized invalid throttled timeout canceled error
 //	quietpatch.dispatch.duration           histogram  s             pipeline, outcome (as patches)                        quietpatch_dispatch_duration_seconds
-//	quietpatch.dispatch.dropped            counter    {patch}       pipeline, reason: not_leader stale_epoch              quietpatch_dispatch_dropped_total
-//	                                                                claim_ending released shutdown
+//	quietpatch.dispatch.dropped            counter    {key}         pipeline, reason: unchanged deleted error not_leader  quietpatch_dispatch_dropped_total
+//	                                                                stale_epoch claim_ending released shutdown
 //	quietpatch.dispatch.in_flight          gauge      {patch}       pipeline                                              quietpatch_dispatch_in_flight
 //	quietpatch.dispatch.limit              gauge      {patch}       pipeline                                              quietpatch_dispatch_limit
 //	quietpatch.dispatch.latency.peak_ewma  gauge      s             pipeline                                              quietpatch_dispatch_latency_peak_ewma_seconds
@@ -134,15 +134,17 @@
 //	quietpatch.leader.requests             counter    {request}     lease attributes, operation: get create acquire       quietpatch_leader_requests_total
 //	                                                                renew vacate watch; result (as outcome)
 //
-// What they mean: enqueued = dequeued + superseded + dropped{expired} +
-// depth at any quiet moment; dropped{full, closed} are refused sends.
-// reconcile.objects{queued} counts changed objects whose identical patch
-// already waited. dispatch.dropped counts patches dequeued and not applied:
-// not_leader (the claim was not ours), stale_epoch (computed under another
-// epoch), claim_ending (less than the margin left), released (the claim was
-// being given up), shutdown. The outcome values come from package
-// statuspatch/outcome. examples/httproute-status/deploy/monitoring has a
-// Grafana dashboard and Prometheus alerts built on these names.
+// What they mean: queue.enqueued = dequeued + superseded + depth at any
+// quiet moment (superseded: added while waiting already, no slot taken);
+// dropped{full, closed} are refused adds. reconcile.objects counts what
+// passes compared; changed objects had their key queued. dispatch.dropped
+// counts keys served without a call: unchanged (the status was right by
+// then — every event of our own writes ends so), deleted, error (the
+// computer or Source failed), not_leader, stale_epoch, claim_ending,
+// released (the claim was being given up), shutdown. The outcome values
+// come from package statuspatch/outcome. examples/httproute-status/deploy/
+// monitoring has a Grafana dashboard and Prometheus alerts built on these
+// names.
 //
 // # Logs
 //
