@@ -151,11 +151,19 @@ func (d *Dispatcher[O, S, P]) Run(ctx context.Context) error {
 		return err
 	}
 	changes, unsubscribe := d.leader.Subscribe()
-	watchDone := make(chan struct{})
+	watchStop, watchDone := make(chan struct{}), make(chan struct{})
 	go func() { // ends the calls of a claim that ends
 		defer close(watchDone)
-		for c := range changes {
-			d.lim.observe(c, c.IsCurrentFor(d.leader.Identity(), d.opts.Clock.Now()))
+		for {
+			select {
+			case c, ok := <-changes:
+				if !ok {
+					return
+				}
+				d.lim.observe(c, c.IsCurrentFor(d.leader.Identity(), d.opts.Clock.Now()))
+			case <-watchStop: // an Observer's cancel need not close changes
+				return
+			}
 		}
 	}()
 	var calls sync.WaitGroup
@@ -186,6 +194,7 @@ func (d *Dispatcher[O, S, P]) Run(ctx context.Context) error {
 	} else {
 		calls.Wait()
 	}
+	close(watchStop)
 	unsubscribe()
 	<-watchDone
 	d.life.stop("dispatcher", reason)
