@@ -682,3 +682,92 @@ func TestIndexerSourceIsReconciledOnEnqueue(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An Observer whose cancel does not close its channel (leader.Observer
+// does not promise it) must not keep Run from returning.
+func TestRunStopsWithAnObserverThatKeepsItsChannel(t *testing.T) {
+	src := newItems(1)
+	src.synced.Store(true)
+	var patched atomic.Int64
+	c, err := quietpatch.New(src, itemComputer, statuspatch.PatcherFunc[string](func(context.Context, string) error {
+		patched.Add(1)
+		return nil
+	}), quietpatch.Config{Options: statuspatch.Options{Name: "test"}, Observer: keepingObserver{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	waitUntil(t, "the patch", func() bool { return patched.Load() == 1 })
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return within 10 s of its context's end")
+	}
+}
+
+// keepingObserver always holds epoch 1; its Subscribe's channel is never
+// closed.
+type keepingObserver struct{}
+
+func (keepingObserver) Identity() string { return "me" }
+func (keepingObserver) Current() leader.Claim {
+	return leader.Claim{Holder: "me", Expiry: time.Now().Add(time.Hour), Epoch: 1}
+}
+func (keepingObserver) Subscribe() (<-chan leader.Claim, func()) {
+	ch := make(chan leader.Claim, 1)
+	ch <- keepingObserver{}.Current()
+	return ch, func() {}
+}
+
+// A 429 with Retry-After holds every call back for the window, then the
+// dispatcher goes on: the key that waited while the only call was
+// throttled is patched about a second later.
+func TestRetryAfterHoldsThenResumes(t *testing.T) {
+	kube := fake.NewClientset()
+	src := newItems(2)
+	src.synced.Store(true)
+	var mu sync.Mutex
+	var calls []time.Time
+	cfg := baseConfig(kube)
+	cfg.Interval, cfg.Workers = time.Hour, 1
+	c, err := quietpatch.New(src, itemComputer, statuspatch.PatcherFunc[string](func(context.Context, string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		calls = append(calls, time.Now())
+		if len(calls) == 1 {
+			// The server's latency: the dispatcher waits for a permit
+			// meanwhile, before the window opens.
+			time.Sleep(50 * time.Millisecond)
+			return apierrors.NewTooManyRequests("slow down", 1)
+		}
+		return nil
+	}), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runInBackground(t, c)
+	waitUntil(t, "the second call", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(calls) == 2
+	})
+	mu.Lock()
+	gap := calls[1].Sub(calls[0])
+	mu.Unlock()
+	if gap < time.Second {
+		t.Errorf("the second call came %v after the throttled one, inside its 1 s Retry-After window", gap)
+	}
+	st := c.Stats().Dispatcher
+	if st.Patches["throttled"] != 1 || st.RetryAfters != 1 {
+		t.Errorf("dispatcher stats %+v: want 1 throttled patch and 1 Retry-After window", st)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
