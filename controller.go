@@ -154,7 +154,9 @@ func New[O, S, P any](src statuspatch.Source[O], comp statuspatch.StatusComputer
 	if s, ok := src.(interface{ HasSynced() bool }); ok {
 		c.synced = append(c.synced, s.HasSynced)
 	}
-	if s, ok := src.(interface{ Informer() cache.SharedIndexInformer }); ok && s.Informer() != nil {
+	if s, ok := src.(interface {
+		Informer() cache.SharedIndexInformer
+	}); ok && s.Informer() != nil {
 		if _, err := s.Informer().AddEventHandler(source.EnqueueHandler(func(k types.NamespacedName) { c.Enqueue(k) })); err != nil {
 			return nil, fmt.Errorf("quietpatch: registering the event handler on the Source's informer: %w", err)
 		}
