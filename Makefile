@@ -17,7 +17,7 @@
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 GO ?= go
-MODULES := . examples e2e e2e/tools integrations/controllerruntime
+MODULES := . examples e2e e2e/tools integrations/controllerruntime integrations/otelprom
 # Modules whose tests need kube-apiserver and etcd (`make bins`): run by
 # their own targets, not by `unit`.
 BINS_MODULES := e2e integrations/controllerruntime

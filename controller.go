@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -423,3 +424,32 @@ func (c *Controller[O, S, P]) Source() statuspatch.Source[O] { return c.src }
 // Claimer returns the Controller's claimer, or nil when Config.Observer
 // was given.
 func (c *Controller[O, S, P]) Claimer() *leader.Claimer { return c.claimer }
+
+// ReadyCheck is Ready with the signature of a probe check: pass it to
+// controller-runtime's mgr.AddReadyzCheck, or to [ProbeHandler] for plain
+// net/http.
+func (c *Controller[O, S, P]) ReadyCheck(*http.Request) error { return c.Ready() }
+
+// LiveCheck is Live with the signature of a probe check (see ReadyCheck).
+func (c *Controller[O, S, P]) LiveCheck(*http.Request) error { return c.Live() }
+
+// ProbeHandler serves a probe from a check: 200 "ok" while it returns nil,
+// else 503 with the error's text. Typically:
+//
+//	func serveProbes(ctrl *quietpatch.Controller[*Widget, conditions.Status, statuspatch.MergePatch]) *http.ServeMux {
+//		mux := http.NewServeMux()
+//		mux.Handle("/readyz", quietpatch.ProbeHandler(ctrl.ReadyCheck))
+//		mux.Handle("/healthz", quietpatch.ProbeHandler(ctrl.LiveCheck))
+//		return mux
+//	}
+func ProbeHandler(check func(*http.Request) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if err := check(r); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = fmt.Fprintln(w, err)
+			return
+		}
+		_, _ = fmt.Fprintln(w, "ok")
+	})
+}
