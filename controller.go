@@ -223,7 +223,7 @@ func (cfg Config) complete() (Config, error) {
 		return bad("SyncTimeout", fmt.Sprintf("must be >= 0 (0 means %s), got %s", DefaultSyncTimeout, cfg.SyncTimeout))
 	}
 	if cfg.Name == "" {
-		cfg.Name = statuspatch.DefaultName
+		cfg.Name = "quietpatch" // statuspatch.Options' default
 	}
 	if cfg.SyncTimeout == 0 {
 		cfg.SyncTimeout = DefaultSyncTimeout
@@ -359,7 +359,7 @@ func (c *Controller[O, S, P]) waitSynced(ctx context.Context) error {
 }
 
 // Enqueue asks for the objects with keys — those one event affects — to be
-// reconciled soon: up to statuspatch.FreshFanout keys take the fresh lane,
+// reconciled soon: up to 16 keys take the fresh lane,
 // served before the periodic passes' keys; more make one pass, which
 // queues only the objects that changed. While this replica does not lead
 // it does nothing (the pass made on gaining the lead covers every object).

@@ -203,7 +203,7 @@ func (l *limiter) release() {
 // begin starts a call under epoch with a permit held, at the moment it is
 // made: it returns how long to wait first if a Retry-After window is open,
 // or the reason the call may not be made under epoch.
-func (l *limiter) begin(epoch int64, now time.Time) (c call, wait time.Duration, reason DropReason) {
+func (l *limiter) begin(epoch int64, now time.Time) (c call, wait time.Duration, reason string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if now.Before(l.blockUntil) {
@@ -213,13 +213,13 @@ func (l *limiter) begin(epoch int64, now time.Time) (c call, wait time.Duration,
 	case l.cur == nil || epoch > l.cur.epoch:
 		l.advanceLocked(epoch)
 	case epoch < l.cur.epoch:
-		return call{}, 0, DropStaleEpoch
+		return call{}, 0, dropStaleEpoch
 	}
 	switch {
 	case l.cur.quiesced:
-		return call{}, 0, DropReleased
+		return call{}, 0, dropReleased
 	case l.cur.ended:
-		return call{}, 0, DropNotLeader
+		return call{}, 0, dropNotLeader
 	}
 	l.calls++
 	l.nextID++

@@ -243,9 +243,9 @@ func newDispatchInstruments(o Options, stats func() DispatcherStats) (*dispatchI
 		outSets[oc] = in.set(attribute.String(outcomeAttr, string(oc)))
 		di.opts[oc] = outSets[oc]
 	}
-	dropSets := map[DropReason]metric.MeasurementOption{}
-	for _, r := range DropReasons() {
-		dropSets[r] = in.set(attribute.String(reasonAttr, string(r)))
+	dropSets := map[string]metric.MeasurementOption{}
+	for _, r := range dropReasons {
+		dropSets[r] = in.set(attribute.String(reasonAttr, r))
 	}
 	plain := in.set()
 	return di, in.register(func(_ context.Context, ob metric.Observer) error {

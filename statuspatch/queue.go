@@ -375,13 +375,6 @@ func (q *PatchQueue[K]) Close() {
 	}
 }
 
-// Len returns the number of keys waiting.
-func (q *PatchQueue[K]) Len() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.waiting)
-}
-
 // Cap returns the capacity of each lane.
 func (q *PatchQueue[K]) Cap() int {
 	q.mu.Lock()

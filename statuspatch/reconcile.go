@@ -24,9 +24,9 @@ type Source[O any] interface {
 	Get(key types.NamespacedName) (obj O, found bool, err error)
 }
 
-// FreshFanout is the most keys one call of [Reconciler.Enqueue] puts in
+// freshFanout is the most keys one call of [Reconciler.Enqueue] puts in
 // the fresh lane; an event that affects more objects makes a pass.
-const FreshFanout = 16
+const freshFanout = 16
 
 // leaderCheckEvery is how many objects a pass handles between two checks
 // of the claim and the context.
@@ -129,7 +129,7 @@ func checkParts[O, S, P any](src Source[O], comp StatusComputer[O, S, P], q *Pat
 }
 
 // Enqueue asks for the objects with keys to be reconciled soon: the keys
-// of one event. Up to [FreshFanout] keys go to the fresh lane, served
+// of one event. Up to 16 keys go to the fresh lane, served
 // before the passes' keys; more, or a full fresh lane, make a pass
 // instead, which queues only the objects that changed. Nothing is queued
 // while we do not lead (the pass made on gaining the lead covers every
@@ -138,7 +138,7 @@ func (r *Reconciler[O, S, P]) Enqueue(keys ...types.NamespacedName) {
 	if len(keys) == 0 || !r.leader.Current().IsCurrentFor(r.leader.Identity(), r.opts.Clock.Now()) {
 		return
 	}
-	if len(keys) > FreshFanout {
+	if len(keys) > freshFanout {
 		r.Resync()
 		return
 	}
