@@ -179,6 +179,15 @@
 // throttled (429), timeout (a deadline, 504, a timeout status, a network
 // timeout), canceled (the context was cancelled), error (anything else).
 //
+// # Configuration errors
+//
+// [ErrInvalidConfig] and [ConfigError] are the configuration errors of all
+// of quietpatch, defined here because statuspatch and the root package both
+// import this package. A ConfigError's Field is the field's path relative
+// to the value the caller passed: [NewClaimer] rejects a RenewGrace of 20s
+// with a 15s LeaseDuration as "quietpatch: invalid config: RenewGrace must
+// be < LeaseDuration (15s), got 20s".
+//
 // # Testing
 //
 // Config.Clock accepts k8s.io/utils/clock/testing's FakeClock; the claimer
