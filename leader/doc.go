@@ -173,9 +173,20 @@
 // (*) observed only while Run runs.
 //
 // operation is one of get, create, acquire, renew, vacate, watch; result is
-// an outcome of package github.com/quietpatch/quietpatch/statuspatch/outcome:
-// ok, conflict (409, including AlreadyExists), not_found, forbidden,
-// unauthorized, invalid, throttled (429), timeout, canceled, error.
+// the request's outcome, with the values every quietpatch instrument uses:
+// ok, conflict (409, including AlreadyExists), not_found (404), forbidden
+// (403), unauthorized (401), invalid (400, 405, 406, 413, 415, 422),
+// throttled (429), timeout (a deadline, 504, a timeout status, a network
+// timeout), canceled (the context was cancelled), error (anything else).
+//
+// # Configuration errors
+//
+// [ErrInvalidConfig] and [ConfigError] are the configuration errors of all
+// of quietpatch, defined here because statuspatch and the root package both
+// import this package. A ConfigError's Field is the field's path relative
+// to the value the caller passed: [NewClaimer] rejects a RenewGrace of 20s
+// with a 15s LeaseDuration as "quietpatch: invalid config: RenewGrace must
+// be < LeaseDuration (15s), got 20s".
 //
 // # Testing
 //

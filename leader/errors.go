@@ -1,10 +1,6 @@
 package leader
 
-import (
-	"errors"
-
-	"github.com/quietpatch/quietpatch/statuspatch/outcome"
-)
+import "errors"
 
 // Sentinel errors. Errors returned by this package wrap one of these (or a
 // Kubernetes API error, which k8s.io/apimachinery/pkg/api/errors classifies).
@@ -44,8 +40,8 @@ func fatal(err error) bool {
 	if errors.Is(err, ErrTransitionsExhausted) {
 		return true
 	}
-	switch outcome.Of(err) {
-	case outcome.Forbidden, outcome.Unauthorized, outcome.Invalid:
+	switch resultOf(err) {
+	case resultForbidden, resultUnauthorized, resultInvalid:
 		return true
 	}
 	return false
