@@ -9,11 +9,15 @@
 // the epoch it was produced under and applied only while
 // Current().IsCurrentFor(Identity(), now) holds and the epoch is unchanged:
 //
-//	claim := obs.Current()
-//	if !claim.IsCurrentFor(obs.Identity(), now) || claim.Epoch != item.Epoch {
-//		drop(item) // produced under another leadership, or we are not leader
+//	func callCtx(ctx context.Context, obs leader.Observer, epoch int64, timeout time.Duration) (context.Context, context.CancelFunc, bool) {
+//		now := time.Now()
+//		claim := obs.Current()
+//		if !claim.IsCurrentFor(obs.Identity(), now) || claim.Epoch != epoch {
+//			return nil, nil, false // produced under another leadership, or we are not leader
+//		}
+//		ctx, cancel := context.WithTimeout(ctx, min(timeout, claim.Remaining(now)))
+//		return ctx, cancel, true
 //	}
-//	ctx, cancel := context.WithTimeout(ctx, min(patchTimeout, claim.Remaining(now)))
 //
 // Consumers depend on the small [Observer] interface; [*Claimer] implements
 // it, and tests can supply their own.
@@ -113,11 +117,13 @@
 // starts), so a readiness probe turns a dead lease loop into a visible,
 // restartable failure:
 //
-//	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-//		if err := claimer.Healthy(); err != nil {
-//			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+//	func readyz(claimer *leader.Claimer) http.HandlerFunc {
+//		return func(w http.ResponseWriter, _ *http.Request) {
+//			if err := claimer.Healthy(); err != nil {
+//				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+//			}
 //		}
-//	})
+//	}
 //
 // # Permissions
 //
