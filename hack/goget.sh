@@ -10,7 +10,8 @@
 # go.mod in that release requires the root at the fake version and has no
 # replace (its checkout has `replace => ../..`, which its consumers would
 # ignore). Then, in a scratch module outside the repository, a small consumer
-# that imports every public package of both does what a user does:
+# that imports quietpatch, statuspatch, statuspatch/conditions,
+# statuspatch/source, leader and the integration does what a user does:
 # `go get` of both at that version, `go mod tidy`, `go build ./...`,
 # `go vet ./...`.
 #
