@@ -61,6 +61,7 @@ case "$break_mode" in
 esac
 root=github.com/quietpatch/quietpatch
 integ=$root/integrations/controllerruntime
+otelprom=$root/integrations/otelprom
 start=$SECONDS
 step="setup"
 say() { echo "==> goget: $*"; }
@@ -82,7 +83,7 @@ modcache=$(go env GOMODCACHE)
 # forget removes the fake version of our modules from the module cache.
 forget() {
   local m
-  for m in "$root" "$integ"; do
+  for m in "$root" "$integ" "$otelprom"; do
     if [[ -d "$modcache/$m@$version" ]]; then
       chmod -R u+w "$modcache/$m@$version"
       rm -rf "$modcache/$m@$version"
@@ -129,6 +130,8 @@ if [[ "$break_mode" == require ]]; then
 fi
 run "publish $integ@$version" "$work/modzip" -proxy "$proxy" -dir "$repo/integrations/controllerruntime" \
   -version "$version" "${integ_require[@]}"
+run "publish $otelprom@$version" "$work/modzip" -proxy "$proxy" -dir "$repo/integrations/otelprom" \
+  -version "$version" "${integ_require[@]}"
 
 export GOPROXY="file://$proxy,$upstream"
 export GONOSUMDB="$root${GONOSUMDB:+,$GONOSUMDB}"
@@ -163,6 +166,7 @@ import (
 
 	"github.com/quietpatch/quietpatch"
 	"github.com/quietpatch/quietpatch/integrations/controllerruntime"
+	"github.com/quietpatch/quietpatch/integrations/otelprom"
 	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch"
 	"github.com/quietpatch/quietpatch/statuspatch/conditions"
@@ -181,7 +185,7 @@ func add(ctx context.Context, mgr manager.Manager) error {
 	widget.SetAPIVersion("example.com/v1")
 	widget.SetKind("Widget")
 	_, err = controllerruntime.Add(ctx, mgr, widget, computer, controllerruntime.Options{
-		Config: quietpatch.Config{Name: "widgets", Lease: leader.Config{Namespace: "widget-system", Name: "widget-status"}},
+		Config: quietpatch.Config{Options: statuspatch.Options{Name: "widgets"}, Lease: leader.Config{Namespace: "widget-system", Name: "widget-status"}},
 	})
 	return err
 }
@@ -191,6 +195,7 @@ func main() {
 	_ = quietpatch.Config{}
 	_ = leader.Config{}
 	_ = statuspatch.MergePatch{}
+	_ = otelprom.NewMeterProvider
 	_ = source.Informer[*unstructured.Unstructured]${broken}
 	fmt.Println("consumer of github.com/quietpatch/quietpatch: built")
 }
@@ -200,10 +205,11 @@ run "go mod init example.com/consumer" go mod init example.com/consumer
 # The integration alone first, as a controller-runtime user would: its
 # release must bring the root at the same version by itself.
 run "go get $integ@$version" go get "$integ@$version"
+run "go get $otelprom@$version" go get "$otelprom@$version"
 run "go get $root@$version $integ@$version" go get "$root@$version" "$integ@$version"
 step="check the versions resolved"
 say "$step"
-for m in "$root" "$integ"; do
+for m in "$root" "$integ" "$otelprom"; do
   got=$(go list -m -f '{{.Version}}{{with .Replace}} => {{.Path}} {{.Version}}{{end}}' "$m")
   echo "    $m $got"
   [[ "$got" == "$version" ]] || { echo "goget: $m resolved to $got, want $version" >&2; exit 1; }
