@@ -14,9 +14,9 @@ var (
 	// it with the error Run returned.
 	ErrStopped = errors.New("leader: claimer stopped")
 
-	// ErrAlreadyStarted is returned by a second call of [Claimer.Run]: a
-	// Claimer runs once.
-	ErrAlreadyStarted = errors.New("leader: claimer already started")
+	// ErrAlreadyStarted is returned by a second call of Run, of a [Claimer]
+	// and of every other part of the library: each runs once.
+	ErrAlreadyStarted = errors.New("quietpatch: Run already called: Run may be called once")
 
 	// ErrLeaseNotFound is wrapped by the error [Claimer.Run] returns when
 	// the Lease is missing or was deleted and Config.RequireExisting is set.
