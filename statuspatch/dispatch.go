@@ -141,11 +141,19 @@ func (d *Dispatcher[O, S, P]) Run(ctx context.Context) error {
 		return err
 	}
 	changes, unsubscribe := d.leader.Subscribe()
-	watchDone := make(chan struct{})
+	stopWatch, watchDone := make(chan struct{}), make(chan struct{})
 	go func() { // ends the calls of a claim that ends
 		defer close(watchDone)
-		for c := range changes {
-			d.lim.observe(c, c.IsCurrentFor(d.leader.Identity(), d.opts.Clock.Now()))
+		for {
+			select {
+			case c, ok := <-changes:
+				if !ok {
+					return
+				}
+				d.lim.observe(c, c.IsCurrentFor(d.leader.Identity(), d.opts.Clock.Now()))
+			case <-stopWatch: // an Observer need not close the channel
+				return
+			}
 		}
 	}()
 	var calls sync.WaitGroup
@@ -177,6 +185,7 @@ func (d *Dispatcher[O, S, P]) Run(ctx context.Context) error {
 		calls.Wait()
 	}
 	unsubscribe()
+	close(stopWatch)
 	<-watchDone
 	d.life.stop("dispatcher", reason)
 	d.opts.Logger.Info("statuspatch: dispatcher stopped", slog.String("reason", reason))

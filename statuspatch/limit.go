@@ -80,8 +80,9 @@ type limiter struct {
 	usedInRound bool          // a call of the round ended with the limit in use
 	probeSaved  float64       // during a probe round, the limit to restore; else 0
 	lastBackoff time.Time
-	blockUntil  time.Time // no call before (Retry-After)
-	retryAfters int64     // Retry-After waits honoured
+	blockUntil  time.Time     // no call before (Retry-After)
+	windowed    chan struct{} // closed and replaced when blockUntil moves later
+	retryAfters int64         // Retry-After waits honoured
 }
 
 // epochCalls are the calls of one epoch: their contexts' parent, cancelled
@@ -108,7 +109,7 @@ func newLimiter(clk clock.WithTicker, adaptive bool, max int) (*limiter, error) 
 	}
 	now := clk.Now()
 	l := &limiter{clk: clk, adaptive: adaptive, max: float64(max), est: est,
-		since: map[int64]int64{}, idle: make(chan struct{}), bestFrom: now, roundFrom: now}
+		since: map[int64]int64{}, idle: make(chan struct{}), windowed: make(chan struct{}), bestFrom: now, roundFrom: now}
 	if adaptive {
 		l.limit, l.slowStart = 1, true
 	} else {
@@ -137,10 +138,14 @@ func (l *limiter) acquire(ctx context.Context) error {
 			t = l.clk.NewTimer(wait)
 			timer = t.C()
 		}
+		// A window opened while we wait ends after our timer, if any:
+		// nobody else would grant a permit at its end.
+		windowed := l.windowed
 		l.mu.Unlock()
 		select {
 		case <-ch:
 		case <-timer:
+		case <-windowed:
 		case <-ctx.Done():
 		}
 		if t != nil {
@@ -265,6 +270,8 @@ func (l *limiter) doneLocked(now time.Time, latency time.Duration, err error) {
 		if until := now.Add(secs); until.After(l.blockUntil) {
 			l.blockUntil = until
 			l.retryAfters++
+			close(l.windowed)
+			l.windowed = make(chan struct{})
 		}
 	}
 	l.sampleLocked(now, latency, err, saturated)
