@@ -126,7 +126,7 @@ func (r *drig) outcome(t *testing.T, o outcome.Outcome) int64 {
 
 // dropped returns the keys dropped for reason, checking that the
 // instrument agrees with Stats.
-func (r *drig) dropped(t *testing.T, reason DropReason) int64 {
+func (r *drig) dropped(t *testing.T, reason string) int64 {
 	t.Helper()
 	s := r.d.Stats().Dropped[reason]
 	v := r.meter.value(t, "quietpatch.dispatch.dropped", reasonAttr, string(reason))
@@ -237,11 +237,11 @@ func TestDispatchDropsWithoutACall(t *testing.T) {
 	for _, tc := range []struct {
 		label  string
 		setup  func(r *drig)
-		reason DropReason
+		reason string
 		built  bool // the computer built a patch
 	}{
-		{"the status is right by then", func(r *drig) { r.src.set(upToDate(&tObj{Key: nsKey("k"), RV: "1", Gen: 1})) }, DropUnchanged, false},
-		{"the object is gone", func(r *drig) { r.src.remove(nsKey("k")) }, DropDeleted, false},
+		{"the status is right by then", func(r *drig) { r.src.set(upToDate(&tObj{Key: nsKey("k"), RV: "1", Gen: 1})) }, dropUnchanged, false},
+		{"the object is gone", func(r *drig) { r.src.remove(nsKey("k")) }, dropDeleted, false},
 		{"Source.Get fails", func(r *drig) {
 			r.src.onGet = func(k types.NamespacedName) error {
 				if k.Name == "k" {
@@ -249,7 +249,7 @@ func TestDispatchDropsWithoutACall(t *testing.T) {
 				}
 				return nil
 			}
-		}, DropError, false},
+		}, dropError, false},
 		{"Source.Get panics", func(r *drig) {
 			r.src.onGet = func(k types.NamespacedName) error {
 				if k.Name == "k" {
@@ -257,13 +257,13 @@ func TestDispatchDropsWithoutACall(t *testing.T) {
 				}
 				return nil
 			}
-		}, DropError, false},
-		{"Desired fails", func(r *drig) { r.src.set(&tObj{Key: nsKey("k"), RV: "1", Gen: 1, Fail: true}) }, DropError, false},
-		{"Current panics", boom("Current"), DropError, false},
-		{"Desired panics", boom("Desired"), DropError, false},
-		{"Equal panics", boom("Equal"), DropError, false},
-		{"Patch panics", boom("Patch"), DropError, true},
-		{"Patch fails", boom("Patch error"), DropError, true},
+		}, dropError, false},
+		{"Desired fails", func(r *drig) { r.src.set(&tObj{Key: nsKey("k"), RV: "1", Gen: 1, Fail: true}) }, dropError, false},
+		{"Current panics", boom("Current"), dropError, false},
+		{"Desired panics", boom("Desired"), dropError, false},
+		{"Equal panics", boom("Equal"), dropError, false},
+		{"Patch panics", boom("Patch"), dropError, true},
+		{"Patch fails", boom("Patch error"), dropError, true},
 	} {
 		t.Run(tc.label, func(t *testing.T) {
 			r := newDrig(t, withWorkers(1))
@@ -310,12 +310,12 @@ func TestDispatchDropsWhenNotLeader(t *testing.T) {
 			r.add(t, names(5)...)
 			r.obs.Set(c.claim(r.clock.Now()))
 			r.start(t)
-			waitFor(t, "five drops", func() bool { return r.dropped(t, DropNotLeader) == 5 })
+			waitFor(t, "five drops", func() bool { return r.dropped(t, dropNotLeader) == 5 })
 			if n := r.pat.calls.Load() + r.src.gets.Load(); n != 0 {
 				t.Errorf("patcher or source called %d times while not leader", n)
 			}
-			if r.queue.Len() != 0 {
-				t.Errorf("queue still holds %d keys", r.queue.Len())
+			if r.queue.Stats().Depth != 0 {
+				t.Errorf("queue still holds %d keys", r.queue.Stats().Depth)
 			}
 		})
 	}
@@ -339,9 +339,9 @@ func TestDispatchClaimMargin(t *testing.T) {
 			r.add(t, "a")
 			r.start(t)
 			waitFor(t, "the key handled", func() bool {
-				return r.dropped(t, DropClaimEnding)+r.outcome(t, outcome.OK) == 1
+				return r.dropped(t, dropClaimEnding)+r.outcome(t, outcome.OK) == 1
 			})
-			if got := r.dropped(t, DropClaimEnding) == 1; got != tc.drop {
+			if got := r.dropped(t, dropClaimEnding) == 1; got != tc.drop {
 				t.Errorf("dropped for claim_ending: %v, want %v", got, tc.drop)
 			}
 		})
@@ -394,7 +394,7 @@ func TestDispatchStaleEpoch(t *testing.T) {
 	r.add(t, "new")
 	waitFor(t, "the call under epoch 8", func() bool { return r.outcome(t, outcome.OK) == 1 })
 	close(g.open)
-	waitFor(t, "old dropped", func() bool { return r.dropped(t, DropStaleEpoch) == 1 })
+	waitFor(t, "old dropped", func() bool { return r.dropped(t, dropStaleEpoch) == 1 })
 	if got := r.pat.appliedKeys(); !slices.Equal(got, nsNames("new")) {
 		t.Errorf("applied %v, want only the epoch-8 patch", got)
 	}
@@ -522,7 +522,7 @@ func TestDispatchQuiesce(t *testing.T) {
 			}
 			waitFor(t, "the epoch quiesced", func() bool { return r.quiesced(4) })
 			r.add(t, "second") // a free permit: served at once, and dropped
-			waitFor(t, "the key served after Quiesce dropped", func() bool { return r.dropped(t, DropReleased) == 1 })
+			waitFor(t, "the key served after Quiesce dropped", func() bool { return r.dropped(t, dropReleased) == 1 })
 			select {
 			case v := <-got:
 				t.Fatalf("Quiesce returned %v with a call in flight", v)
@@ -794,8 +794,8 @@ func TestDispatchStop(t *testing.T) {
 		t.Fatalf("Run returned (%v) with a call in flight", err)
 	default:
 	}
-	if r.queue.Len() != 3 || r.d.Healthy() != nil {
-		t.Errorf("queue holds %d keys, Healthy = %v: want the keys still queued and Run running while the call runs", r.queue.Len(), r.d.Healthy())
+	if r.queue.Stats().Depth != 3 || r.d.Healthy() != nil {
+		t.Errorf("queue holds %d keys, Healthy = %v: want the keys still queued and Run running while the call runs", r.queue.Stats().Depth, r.d.Healthy())
 	}
 	close(release)
 	if err := <-stopped; err != nil {
@@ -810,11 +810,11 @@ func TestDispatchStop(t *testing.T) {
 	if v := r.outcome(t, outcome.OK); v != 1 {
 		t.Errorf("outcome{ok} = %d, want 1", v)
 	}
-	if v := r.dropped(t, DropShutdown); v != 3 {
+	if v := r.dropped(t, dropShutdown); v != 3 {
 		t.Errorf("dropped{shutdown} = %d, want 3", v)
 	}
-	if r.queue.Len() != 0 {
-		t.Errorf("queue holds %d keys after stop", r.queue.Len())
+	if r.queue.Stats().Depth != 0 {
+		t.Errorf("queue holds %d keys after stop", r.queue.Stats().Depth)
 	}
 	if err := r.d.Healthy(); !errors.Is(err, ErrNotRunning) || !strings.Contains(err.Error(), "context cancelled") {
 		t.Errorf("Healthy after stop = %v, want ErrNotRunning saying why", err)
@@ -923,7 +923,7 @@ func TestDispatchClassifiesAndDoesNotRetry(t *testing.T) {
 			if n := r.pat.calls.Load(); n != 1 {
 				t.Errorf("patcher called %d times, want 1: failed patches are not retried", n)
 			}
-			if r.queue.Len() != 0 {
+			if r.queue.Stats().Depth != 0 {
 				t.Error("the failed key went back to the queue")
 			}
 			fails := r.logs.withMessage(slog.LevelDebug, "statuspatch: patch failed; not retried, the next pass recomputes it")
@@ -1139,9 +1139,9 @@ func TestNewDispatcherValidation(t *testing.T) {
 				if err != nil {
 					t.Fatalf("err = %v, want nil", err)
 				}
-				if d.opts.PatchTimeout != DefaultPatchTimeout || !d.lim.adaptive || d.lim.max != DefaultMaxInFlight {
+				if d.opts.PatchTimeout != defaultPatchTimeout || !d.lim.adaptive || d.lim.max != defaultMaxInFlight {
 					t.Errorf("defaults: timeout %s adaptive %v max %v, want %s, adaptive, %d",
-						d.opts.PatchTimeout, d.lim.adaptive, d.lim.max, DefaultPatchTimeout, DefaultMaxInFlight)
+						d.opts.PatchTimeout, d.lim.adaptive, d.lim.max, defaultPatchTimeout, defaultMaxInFlight)
 				}
 				return
 			}

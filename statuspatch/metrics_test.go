@@ -134,7 +134,7 @@ func metricsScenario(t *testing.T) (*testMeter, *PatchQueue[types.NamespacedName
 	go func() { done <- d.Run(ctx) }()
 	waitFor(t, "the keys served", func() bool {
 		st := d.Stats()
-		return q.Len() == 0 && st.InFlight == 0 && st.Patches[outcome.OK]+st.Patches[outcome.Conflict]+st.Dropped[DropUnchanged]+st.Dropped[DropDeleted] == 4
+		return q.Len() == 0 && st.InFlight == 0 && st.Patches[outcome.OK]+st.Patches[outcome.Conflict]+st.Dropped[dropUnchanged]+st.Dropped[dropDeleted] == 4
 	})
 	cancel()
 	if err := <-done; err != nil {
@@ -156,7 +156,7 @@ func TestInstrumentsMatchTheDocTable(t *testing.T) {
 	m, q, rec, d := metricsScenario(t)
 	qs, rs, ds := q.Stats(), rec.Stats(), d.Stats()
 	if qs.DroppedFull != 1 || qs.DroppedClosed != 1 || qs.Coalesced != 1 || rs.Halted != 1 ||
-		ds.Patches[outcome.Conflict] != 1 || ds.Dropped[DropUnchanged] != 1 || ds.Dropped[DropDeleted] != 1 {
+		ds.Patches[outcome.Conflict] != 1 || ds.Dropped[dropUnchanged] != 1 || ds.Dropped[dropDeleted] != 1 {
 		t.Fatalf("scenario: queue %+v, reconciler %+v, dispatcher %+v", qs, rs, ds)
 	}
 	// What each observable reports, by attribute value ("" when it has
@@ -166,7 +166,7 @@ func TestInstrumentsMatchTheDocTable(t *testing.T) {
 		patches[string(o)] = float64(ds.Patches[o])
 	}
 	dropped := map[string]float64{}
-	for _, r := range DropReasons() {
+	for _, r := range dropReasons {
 		dropped[string(r)] = float64(ds.Dropped[r])
 	}
 	byResult := func(m map[string]int64) map[string]float64 {
