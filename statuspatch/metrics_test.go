@@ -134,7 +134,7 @@ func metricsScenario(t *testing.T) (*testMeter, *PatchQueue[types.NamespacedName
 	go func() { done <- d.Run(ctx) }()
 	waitFor(t, "the keys served", func() bool {
 		st := d.Stats()
-		return q.Len() == 0 && st.InFlight == 0 && st.Patches[outcome.OK]+st.Patches[outcome.Conflict]+st.Dropped[dropUnchanged]+st.Dropped[dropDeleted] == 4
+		return q.Stats().Depth == 0 && st.InFlight == 0 && st.Patches[outcome.OK]+st.Patches[outcome.Conflict]+st.Dropped[dropUnchanged]+st.Dropped[dropDeleted] == 4
 	})
 	cancel()
 	if err := <-done; err != nil {

@@ -51,8 +51,8 @@ func TestNewPatchQueueConfig(t *testing.T) {
 				if err != nil {
 					t.Fatalf("NewPatchQueue: unexpected error %v", err)
 				}
-				if q.Cap() != tc.cfg.Capacity || q.Len() != 0 || q.InFlight() != 0 {
-					t.Errorf("new queue: Cap %d Len %d InFlight %d, want %d 0 0", q.Cap(), q.Len(), q.InFlight(), tc.cfg.Capacity)
+				if q.Cap() != tc.cfg.Capacity || q.Stats().Depth != 0 || q.InFlight() != 0 {
+					t.Errorf("new queue: Cap %d Len %d InFlight %d, want %d 0 0", q.Cap(), q.Stats().Depth, q.InFlight(), tc.cfg.Capacity)
 				}
 				q.Close()
 				return
@@ -315,7 +315,7 @@ func TestQueueRules(t *testing.T) {
 				case "tick":
 					clk.SetTime(clk.Now().Add(s.d))
 				case "check":
-					if l, f := q.Len(), q.InFlight(); l != s.n[0] || f != s.n[1] {
+					if l, f := q.Stats().Depth, q.InFlight(); l != s.n[0] || f != s.n[1] {
 						t.Fatalf("step %d %v: Len %d InFlight %d", i, s, l, f)
 					}
 				case "stats":

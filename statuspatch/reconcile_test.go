@@ -443,8 +443,8 @@ func TestReconcileNotLeader(t *testing.T) {
 			if n := r.src.lists.Load() + r.src.gets.Load(); n != 0 {
 				t.Errorf("source called %d times while not leader", n)
 			}
-			if r.queue.Len() != 0 || len(r.rec.kick) != 0 {
-				t.Errorf("queue holds %d keys, resync asked %v: want nothing while not leader", r.queue.Len(), len(r.rec.kick) != 0)
+			if r.queue.Stats().Depth != 0 || len(r.rec.kick) != 0 {
+				t.Errorf("queue holds %d keys, resync asked %v: want nothing while not leader", r.queue.Stats().Depth, len(r.rec.kick) != 0)
 			}
 			if st := r.rec.Stats(); st.Passes["not_leader"] != 1 {
 				t.Errorf("Stats().Passes = %v, want one not_leader", st.Passes)
@@ -578,7 +578,7 @@ func TestRunEnqueueOfManyKeysMakesAPass(t *testing.T) {
 		ks = append(ks, nsKey(n))
 	}
 	r.rec.Enqueue(ks...)
-	waitFor(t, "the pass", func() bool { return r.src.lists.Load() == 2 && r.queue.Len() == 1 })
+	waitFor(t, "the pass", func() bool { return r.src.lists.Load() == 2 && r.queue.Stats().Depth == 1 })
 	if st := r.queue.Stats(); st.Fresh != 0 {
 		t.Errorf("%d keys in the fresh lane, want none", st.Fresh)
 	}
@@ -594,7 +594,7 @@ func TestRunPassOnGainingLeadership(t *testing.T) {
 		t.Fatalf("listed %d times before leading", n)
 	}
 	r.lead(1) // no tick: the pass is immediate
-	waitFor(t, "the pass on gaining leadership", func() bool { return r.queue.Len() == 5 })
+	waitFor(t, "the pass on gaining leadership", func() bool { return r.queue.Stats().Depth == 5 })
 	r.drain(t)
 
 	// A renewal (same epoch) is not a gain: no pass.
@@ -608,7 +608,7 @@ func TestRunPassOnGainingLeadership(t *testing.T) {
 	r.loseTo("other", 2)
 	r.obs.settle(t)
 	r.lead(3)
-	waitFor(t, "the pass on regaining leadership", func() bool { return r.queue.Len() == 5 })
+	waitFor(t, "the pass on regaining leadership", func() bool { return r.queue.Stats().Depth == 5 })
 	if n := r.src.lists.Load(); n != 2 {
 		t.Errorf("listed %d times, want 2", n)
 	}
@@ -648,7 +648,7 @@ func TestRunPeriodicPasses(t *testing.T) {
 		}
 	}
 	// The passes' keys coalesced in the pass lane: one per object.
-	if n := r.queue.Len(); n != 3 {
+	if n := r.queue.Stats().Depth; n != 3 {
 		t.Errorf("queue holds %d keys, want 3 (one per object)", n)
 	}
 }
@@ -707,7 +707,7 @@ func TestRunResumesHaltedPassWhenHalfTheLaneIsFree(t *testing.T) {
 	r := newRig(t, 4, changedObjs(names(10)...))
 	r.lead(1)
 	r.startRun(t)
-	waitFor(t, "the first pass to fill the lane", func() bool { return r.queue.Len() == 4 })
+	waitFor(t, "the first pass to fill the lane", func() bool { return r.queue.Stats().Depth == 4 })
 	var got []string
 	for len(got) < 10 {
 		lists := r.src.lists.Load()
@@ -722,7 +722,7 @@ func TestRunResumesHaltedPassWhenHalfTheLaneIsFree(t *testing.T) {
 			break
 		}
 		waitFor(t, "the halted pass to resume", func() bool {
-			return r.src.lists.Load() == lists+1 && r.queue.Len() == 4
+			return r.src.lists.Load() == lists+1 && r.queue.Stats().Depth == 4
 		})
 	}
 	if want := nsNames(names(10)...); !slices.Equal(got, want) {
