@@ -150,6 +150,7 @@ func (p Permit[K]) Send(key K) error {
 		return ErrClosed
 	}
 	now, depth := q.insertLocked(key, p.lane)
+	q.wakeRoomsLocked() // a key that waits already gave the slot back
 	q.mu.Unlock()
 	q.inst.depth(now, depth)
 	return nil
