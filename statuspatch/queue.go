@@ -48,7 +48,7 @@ type PatchQueue[K comparable] struct {
 	seq      uint64
 	burst    int // fresh keys served in a row while pass keys waited
 	closed   bool
-	ready    chan struct{} // closed and replaced when a key becomes ready
+	ready    chan struct{} // made by a waiting Get; closed (and cleared) when a key becomes ready
 	rooms    []room
 	stats    QueueStats
 }
@@ -102,7 +102,7 @@ func NewPatchQueue[K comparable](opts Options) (*PatchQueue[K], error) {
 	if err != nil {
 		return nil, err
 	}
-	q := &PatchQueue[K]{capacity: opts.Capacity, waiting: map[K]waiter{}, held: map[K]struct{}{}, ready: make(chan struct{})}
+	q := &PatchQueue[K]{capacity: opts.Capacity, waiting: map[K]waiter{}, held: map[K]struct{}{}}
 	if q.inst, err = newQueueInstruments(opts, q); err != nil {
 		return nil, err
 	}
@@ -246,8 +246,17 @@ func (q *PatchQueue[K]) pushLocked(key K, w waiter) {
 	}
 	ln.fifo = append(ln.fifo, entry[K]{key, w.seq})
 	ln.live++
-	close(q.ready)
-	q.ready = make(chan struct{})
+	q.wakeGettersLocked()
+}
+
+// wakeGettersLocked wakes the consumers waiting in Get, if any: the channel
+// is made only when one waits, so a key added with nobody waiting costs no
+// allocation.
+func (q *PatchQueue[K]) wakeGettersLocked() {
+	if q.ready != nil {
+		close(q.ready)
+		q.ready = nil
+	}
 }
 
 // compactLocked drops the served and dead entries of a lane.
@@ -299,12 +308,16 @@ func (q *PatchQueue[K]) Get(ctx context.Context) (K, error) {
 			q.inst.waited(now, w.since)
 			return key, nil
 		}
-		closed, ready := q.closed && len(q.waiting) == 0, q.ready
-		q.mu.Unlock()
 		var zero K
-		if closed {
+		if q.closed && len(q.waiting) == 0 {
+			q.mu.Unlock()
 			return zero, ErrClosed
 		}
+		if q.ready == nil {
+			q.ready = make(chan struct{})
+		}
+		ready := q.ready
+		q.mu.Unlock()
 		select {
 		case <-ready:
 		case <-ctx.Done():
@@ -370,8 +383,7 @@ func (q *PatchQueue[K]) Close() {
 	defer q.mu.Unlock()
 	if !q.closed {
 		q.closed = true
-		close(q.ready)
-		q.ready = make(chan struct{})
+		q.wakeGettersLocked()
 		q.wakeRoomsLocked()
 	}
 }
