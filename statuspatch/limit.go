@@ -300,7 +300,8 @@ func (l *limiter) quiesce(ctx context.Context, epoch int64) bool {
 	case epoch < l.cur.epoch:
 		return false // calls were made under a newer epoch
 	}
-	l.cur.quiesced = true
+	ec := l.cur
+	ec.quiesced = true
 	for len(l.since) > 0 {
 		idle := l.idle
 		l.mu.Unlock()
@@ -313,7 +314,8 @@ func (l *limiter) quiesce(ctx context.Context, epoch int64) bool {
 			return false
 		}
 	}
-	return !l.cur.unanswered
+	// A newer epoch seen meanwhile made calls under a newer epoch, as above.
+	return l.cur == ec && !ec.unanswered
 }
 
 // oldestCall returns when the oldest call in flight began (unix nanos), or 0.
