@@ -11,7 +11,7 @@ import (
 // informer handler) before keys of periodic passes.
 type Lane uint8
 
-// The lanes of a [PatchQueue].
+// The lanes of a [PatchQueue]; any other value counts as LanePass.
 const (
 	LaneFresh Lane = iota
 	LanePass
@@ -121,6 +121,7 @@ type Permit[K comparable] struct {
 // Reserve takes a slot of lane l, or fails at once with ErrFull or
 // ErrClosed.
 func (q *PatchQueue[K]) Reserve(l Lane) (Permit[K], error) {
+	l = min(l, LanePass)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if err := q.admitLocked(l); err != nil {
@@ -178,6 +179,7 @@ func (q *PatchQueue[K]) unreserveLocked(p Permit[K]) {
 // Add adds key to lane l at once, or fails with ErrFull or ErrClosed. A
 // key that waits already needs no slot.
 func (q *PatchQueue[K]) Add(key K, l Lane) error {
+	l = min(l, LanePass)
 	q.mu.Lock()
 	if _, waits := q.waiting[key]; !waits || q.closed {
 		if err := q.admitLocked(l); err != nil {
@@ -355,6 +357,7 @@ func (q *PatchQueue[K]) Done(key K) {
 // Room returns a channel closed once lane has at least free slots free,
 // or the queue is closed.
 func (q *PatchQueue[K]) Room(l Lane, free int) <-chan struct{} {
+	l = min(l, LanePass)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	r := room{lane: l, free: free, ch: make(chan struct{})}

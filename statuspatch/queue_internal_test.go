@@ -148,3 +148,26 @@ func mustGetDone(t *testing.T, q *PatchQueue[string]) {
 	}
 	q.Done(key)
 }
+
+// TestQueueOtherLaneValues: a Lane value other than the two constants is
+// the pass lane, never a panic.
+func TestQueueOtherLaneValues(t *testing.T) {
+	q, err := NewPatchQueue[string](Options{Capacity: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Add("a", Lane(7)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Reserve(Lane(200)); err != ErrFull {
+		t.Fatalf("Reserve on a full pass lane through Lane(200) = %v, want ErrFull", err)
+	}
+	select {
+	case <-q.Room(Lane(9), 1):
+		t.Fatal("Room of a full lane is closed")
+	default:
+	}
+	if s := q.Stats(); s.Depth != 1 || s.Fresh != 0 {
+		t.Fatalf("Stats = %+v, want the key in the pass lane", s)
+	}
+}
