@@ -3,6 +3,8 @@ package quietpatch_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -37,10 +39,12 @@ type item struct {
 	gen, state int64
 }
 
-// items is a Source whose cache syncs when the test says so.
+// items is a Source whose cache syncs when the test says so; it records
+// the keys Get was asked for (the keys the dispatcher served).
 type items struct {
 	mu     sync.Mutex
 	objs   map[string]*item
+	gets   []string
 	synced atomic.Bool
 }
 
@@ -66,8 +70,50 @@ func (s *items) List() ([]*item, error) {
 func (s *items) Get(key types.NamespacedName) (*item, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.gets = append(s.gets, key.Name)
 	o, ok := s.objs[key.Name]
 	return o, ok, nil
+}
+
+// served returns the names Get was asked for so far, sorted.
+func (s *items) served() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Sorted(slices.Values(s.gets))
+}
+
+// reset forgets the names Get was asked for.
+func (s *items) reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gets = nil
+}
+
+// settle makes every status the desired one.
+func (s *items) settle() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for n, o := range s.objs {
+		s.objs[n] = &item{name: n, gen: o.gen, state: o.gen}
+	}
+}
+
+// bump changes the desired status of name (a new generation), replacing
+// the object as an informer's cache does.
+func (s *items) bump(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := s.objs[name]
+	s.objs[name] = &item{name: name, gen: o.gen + 1, state: o.state}
+}
+
+// apply is the patcher's write: name's status becomes the desired one.
+func (s *items) apply(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if o, ok := s.objs[name]; ok {
+		s.objs[name] = &item{name: name, gen: o.gen, state: o.gen}
+	}
 }
 
 func (s *items) HasSynced() bool { return s.synced.Load() }
@@ -108,9 +154,9 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 
 func baseConfig(kube *fake.Clientset) quietpatch.Config {
 	return quietpatch.Config{
-		Name:   "test",
-		Leases: kube.CoordinationV1(),
-		Lease:  leader.Config{Namespace: "ns", Name: "lease", Identity: "me", LeaseDuration: 15 * time.Second},
+		Options: statuspatch.Options{Name: "test"},
+		Leases:  kube.CoordinationV1(),
+		Lease:   leader.Config{Namespace: "ns", Name: "lease", Identity: "me", LeaseDuration: 15 * time.Second},
 	}
 }
 
@@ -144,8 +190,12 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 		{"negative workers", func(c *quietpatch.Config) { c.Workers = -1 }, "Workers"},
 		{"too many workers", func(c *quietpatch.Config) { c.Workers = 1 << 20 }, "Workers"},
 		{"negative sync timeout", func(c *quietpatch.Config) { c.SyncTimeout = -1 }, "SyncTimeout"},
-		{"no lease name", func(c *quietpatch.Config) { c.Lease.Name = "" }, "Name"},
-		{"renew grace too long", func(c *quietpatch.Config) { c.Lease.RenewGrace = time.Minute }, "RenewGrace"},
+		{"negative patch timeout", func(c *quietpatch.Config) { c.PatchTimeout = -1 }, "PatchTimeout"},
+		{"no lease name", func(c *quietpatch.Config) { c.Lease.Name = "" }, "Lease.Name"},
+		{"renew grace too long", func(c *quietpatch.Config) { c.Lease.RenewGrace = time.Minute }, "Lease.RenewGrace"},
+		{"dependency without informer", func(c *quietpatch.Config) {
+			c.Dependencies = []quietpatch.Dependency{{Informer: &fakeInformer{}}, {}}
+		}, "Dependencies[1].Informer"},
 	} {
 		t.Run(tc.label, func(t *testing.T) {
 			cfg := baseConfig(kube)
@@ -154,19 +204,12 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 			if !errors.Is(err, quietpatch.ErrInvalidConfig) {
 				t.Fatalf("err = %v, want ErrInvalidConfig", err)
 			}
-			var se *statuspatch.ConfigError
-			var le *leader.ConfigError
-			switch {
-			case errors.As(err, &se):
-				if se.Field != tc.field {
-					t.Errorf("err %v names %s, want %s", err, se.Field, tc.field)
-				}
-			case errors.As(err, &le):
-				if le.Field != tc.field {
-					t.Errorf("err %v names %s, want %s", err, le.Field, tc.field)
-				}
-			default:
-				t.Errorf("err %v carries no field", err)
+			var ce *quietpatch.ConfigError
+			if !errors.As(err, &ce) {
+				t.Fatalf("err %v carries no field", err)
+			}
+			if ce.Field != tc.field {
+				t.Errorf("err %v names %s, want %s", err, ce.Field, tc.field)
 			}
 		})
 	}
@@ -215,8 +258,8 @@ func TestRunWaitsForTheSourceBeforeCompeting(t *testing.T) {
 		t.Errorf("the Lease is held by %q after a clean stop; want it vacated", h)
 	}
 	st := c.Stats()
-	if st.Dispatcher.Patches["ok"] != 2 || st.Reconciler.Objects["changed"] != 2 || st.Capacity != 1440 {
-		t.Errorf("Stats %+v: want 2 ok patches, 2 changed objects, capacity 1440", st)
+	if st.Dispatcher.Patches["ok"] != 2 || st.Reconciler.Objects["changed"] != 2 || st.Capacity != statuspatch.DefaultCapacity {
+		t.Errorf("Stats %+v: want 2 ok patches, 2 changed objects, capacity %d", st, statuspatch.DefaultCapacity)
 	}
 }
 
@@ -368,56 +411,43 @@ func TestInformerEventsAreReconciledWithoutWaitingForTheInterval(t *testing.T) {
 	}
 }
 
-// With Capacity zero the queue's capacity follows what the dispatcher
-// drains in an interval, within [DefaultMinCapacity, MaxCapacity].
-func TestCapacityFollowsTheDrainRate(t *testing.T) {
-	for _, tc := range []struct {
-		label    string
-		interval time.Duration
-		workers  int
-		latency  time.Duration
-		initial  int // SuggestCapacity(interval, 6.9ms), at least 100
-		want     int
-	}{
-		{"fast server: up to MaxCapacity", 500 * time.Millisecond, 64, time.Millisecond, 100, 3000},
-		{"slow server: down to the minimum", time.Second, 1, 200 * time.Millisecond, 144, quietpatch.DefaultMinCapacity},
-	} {
-		t.Run(tc.label, func(t *testing.T) {
-			kube := fake.NewClientset()
-			src := newItems(3)
-			src.synced.Store(true)
-			cfg := baseConfig(kube)
-			cfg.Interval, cfg.Workers, cfg.MaxCapacity = tc.interval, tc.workers, 3000
-			c, err := quietpatch.New(src, itemComputer, statuspatch.PatcherFunc[string](func(ctx context.Context, _ string) error {
-				select {
-				case <-time.After(tc.latency):
-				case <-ctx.Done():
-				}
-				return nil
-			}), cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := c.Queue().Cap(); got != tc.initial {
-				t.Fatalf("initial capacity %d, want %d", got, tc.initial)
-			}
-			stop := runInBackground(t, c)
-			waitUntil(t, "a patch applied", func() bool { return c.Stats().Dispatcher.Patches["ok"] > 0 })
-			waitUntil(t, "the capacity to follow", func() bool { return c.Queue().Cap() == tc.want })
-			_ = stop()
-		})
-	}
+// fakeInformer is the cache of a dependency: the test syncs it and calls
+// the handlers registered on it.
+type fakeInformer struct {
+	synced   atomic.Bool
+	mu       sync.Mutex
+	handlers []cache.ResourceEventHandler
 }
 
-// Caches of other resources in Config.WaitFor hold the competition for the
-// Lease back as the Source's own does.
-func TestRunWaitsForFurtherCaches(t *testing.T) {
+func (f *fakeInformer) AddEventHandler(h cache.ResourceEventHandler) (cache.ResourceEventHandlerRegistration, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.handlers = append(f.handlers, h)
+	return nil, nil
+}
+
+func (f *fakeInformer) HasSynced() bool { return f.synced.Load() }
+
+// handler returns the one handler registered.
+func (f *fakeInformer) handler(t *testing.T) cache.ResourceEventHandler {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.handlers) != 1 {
+		t.Fatalf("%d handlers registered on the dependency's informer, want 1", len(f.handlers))
+	}
+	return f.handlers[0]
+}
+
+// A Dependency's cache holds the competition for the Lease back as the
+// Source's own does.
+func TestRunWaitsForTheDependencies(t *testing.T) {
 	kube := fake.NewClientset()
 	src := newItems(1)
 	src.synced.Store(true)
-	var other atomic.Bool
+	dep := &fakeInformer{}
 	cfg := baseConfig(kube)
-	cfg.WaitFor = []cache.InformerSynced{other.Load}
+	cfg.Dependencies = []quietpatch.Dependency{{Informer: dep, Keys: depKeys}}
 	c, err := quietpatch.New(src, itemComputer, statuspatch.PatcherFunc[string](func(context.Context, string) error { return nil }), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -427,8 +457,227 @@ func TestRunWaitsForFurtherCaches(t *testing.T) {
 	if h := leaseHolder(t, kube); h != "" {
 		t.Fatalf("the Lease is held by %q before every cache synced", h)
 	}
-	other.Store(true)
+	if err := c.Ready(); !errors.Is(err, quietpatch.ErrNotSynced) {
+		t.Errorf("Ready before the dependency synced = %v, want ErrNotSynced", err)
+	}
+	dep.synced.Store(true)
 	waitUntil(t, "the Lease acquired", func() bool { return leaseHolder(t, kube) == "me" })
+	waitUntil(t, "Ready", func() bool { return c.Ready() == nil })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// dep is an object of a dependency: it names the items it affects.
+type dep struct{ names []string }
+
+func depKeys(obj any) []types.NamespacedName { return keysOf(obj.(*dep).names...) }
+
+func keysOf(names ...string) []types.NamespacedName {
+	ks := make([]types.NamespacedName, len(names))
+	for i, n := range names {
+		ks[i] = types.NamespacedName{Namespace: "ns", Name: n}
+	}
+	return ks
+}
+
+// itemNames returns the names of newItems' first n items.
+func itemNames(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = string(rune('a' + i))
+	}
+	return out
+}
+
+// An event — of a Dependency, or given to Enqueue — puts its few keys in
+// the fresh lane, exactly those; many keys, a full fresh lane or a
+// Dependency without Keys make one pass instead, which queues only the
+// objects that changed.
+//
+// Every status is settled but those of s and t. The dispatcher is held
+// in a call patching s (Workers 1), so the queue shows what the event
+// queued; s and t are what only a pass finds (s, held, is served again
+// after its call).
+func TestEventsEnqueueTheirKeysOrMakeAPass(t *testing.T) {
+	many := itemNames(statuspatch.FreshFanout + 1) // a..q
+	for _, tc := range []struct {
+		label    string
+		capacity int
+		keys     func(any) []types.NamespacedName // the Dependency's Keys
+		event    func(c *quietpatch.Controller[*item, int64, string], h cache.ResourceEventHandler)
+		// fresh: the keys the event queues in the fresh lane; pass: it
+		// makes a pass instead (or as well).
+		fresh []string
+		pass  bool
+	}{
+		{label: "a dependency's added object: its keys", keys: depKeys,
+			event: func(_ *quietpatch.Controller[*item, int64, string], h cache.ResourceEventHandler) {
+				h.OnAdd(&dep{[]string{"d", "b"}}, false)
+			},
+			fresh: []string{"b", "d"}},
+		{label: "an update: the keys of the old and the new object, once each", keys: depKeys,
+			event: func(_ *quietpatch.Controller[*item, int64, string], h cache.ResourceEventHandler) {
+				h.OnUpdate(&dep{[]string{"a", "b"}}, &dep{[]string{"b", "c"}})
+			},
+			fresh: []string{"a", "b", "c"}},
+		{label: "a deletion the informer learnt of late", keys: depKeys,
+			event: func(_ *quietpatch.Controller[*item, int64, string], h cache.ResourceEventHandler) {
+				h.OnDelete(cache.DeletedFinalStateUnknown{Key: "ns/x", Obj: &dep{[]string{"e"}}})
+			},
+			fresh: []string{"e"}},
+		{label: "an object that affects nothing", keys: depKeys,
+			event: func(_ *quietpatch.Controller[*item, int64, string], h cache.ResourceEventHandler) {
+				h.OnAdd(&dep{}, false)
+			}},
+		{label: "FreshFanout keys: still the fresh lane", keys: depKeys,
+			event: func(_ *quietpatch.Controller[*item, int64, string], h cache.ResourceEventHandler) {
+				h.OnAdd(&dep{many[:statuspatch.FreshFanout]}, false)
+			},
+			fresh: many[:statuspatch.FreshFanout]},
+		{label: "more keys than FreshFanout: a pass", keys: depKeys,
+			event: func(_ *quietpatch.Controller[*item, int64, string], h cache.ResourceEventHandler) {
+				h.OnAdd(&dep{many}, false)
+			},
+			pass: true},
+		{label: "Keys nil: every object, a pass", keys: nil,
+			event: func(_ *quietpatch.Controller[*item, int64, string], h cache.ResourceEventHandler) {
+				h.OnUpdate(&dep{[]string{"a"}}, &dep{[]string{"a"}})
+			},
+			pass: true},
+		{label: "Enqueue, FreshFanout keys: the fresh lane", keys: depKeys,
+			event: func(c *quietpatch.Controller[*item, int64, string], _ cache.ResourceEventHandler) {
+				c.Enqueue(keysOf(many[:statuspatch.FreshFanout]...)...)
+			},
+			fresh: many[:statuspatch.FreshFanout]},
+		{label: "Enqueue, more keys than FreshFanout: a pass", keys: depKeys,
+			event: func(c *quietpatch.Controller[*item, int64, string], _ cache.ResourceEventHandler) {
+				c.Enqueue(keysOf(many...)...)
+			},
+			pass: true},
+		{label: "Enqueue, the fresh lane full: what fits, and a pass", capacity: 2, keys: depKeys,
+			event: func(c *quietpatch.Controller[*item, int64, string], _ cache.ResourceEventHandler) {
+				c.Enqueue(keysOf("a", "b", "c")...)
+			},
+			fresh: []string{"a", "b"}, pass: true},
+	} {
+		t.Run(tc.label, func(t *testing.T) {
+			kube := fake.NewClientset()
+			src := newItems(20) // a..t
+			src.settle()
+			src.synced.Store(true)
+			dep := &fakeInformer{}
+			dep.synced.Store(true)
+			release := make(chan struct{})
+			var blocked atomic.Bool
+			cfg := baseConfig(kube)
+			cfg.Interval, cfg.Workers, cfg.Capacity = time.Hour, 1, tc.capacity
+			cfg.Dependencies = []quietpatch.Dependency{{Informer: dep, Keys: tc.keys}}
+			c, err := quietpatch.New(src, itemComputer, statuspatch.PatcherFunc[string](func(ctx context.Context, name string) error {
+				if name == "s" {
+					blocked.Store(true)
+					select {
+					case <-release:
+					case <-ctx.Done():
+						return ctx.Err()
+					}
+				}
+				src.apply(name)
+				return nil
+			}), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stop := runInBackground(t, c)
+			waitUntil(t, "the first pass", func() bool { return c.Stats().Reconciler.Passes["completed"] == 1 })
+			src.bump("s")
+			src.bump("t")
+			c.Enqueue(keysOf("s")...)
+			waitUntil(t, "the dispatcher held in the call patching s", blocked.Load)
+			src.reset()
+			before := c.Stats().Queue
+
+			tc.event(c, dep.handler(t))
+			wantPasses, wantDepth := int64(1), len(tc.fresh)
+			if tc.pass {
+				wantPasses, wantDepth = 2, wantDepth+2
+				waitUntil(t, "a pass", func() bool { return c.Stats().Reconciler.Passes["completed"] == wantPasses })
+			}
+			q := c.Stats().Queue
+			if q.Fresh != len(tc.fresh) || q.Depth != wantDepth || q.Enqueued-before.Enqueued != int64(wantDepth) {
+				t.Errorf("after the event the queue holds %d keys, %d fresh, %d enqueued; want %d, %d fresh, %d enqueued",
+					q.Depth, q.Fresh, q.Enqueued-before.Enqueued, wantDepth, len(tc.fresh), wantDepth)
+			}
+
+			close(release)
+			want := slices.Clone(tc.fresh)
+			if tc.pass {
+				want = append(want, "s", "t")
+			}
+			slices.Sort(want)
+			waitUntil(t, "the queue drained", func() bool {
+				st := c.Stats()
+				return st.Queue.Depth == 0 && st.Queue.Held == 0 && st.Dispatcher.InFlight == 0 && len(src.served()) >= len(want)
+			})
+			if got := src.served(); !slices.Equal(got, want) {
+				t.Errorf("the dispatcher served %v, want %v", got, want)
+			}
+			if got := c.Stats().Reconciler.Passes["completed"]; got != wantPasses {
+				t.Errorf("%d passes, want %d", got, wantPasses)
+			}
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// A Source built from an Indexer (no informer: the application registers
+// its own handlers) is accepted, and Enqueue reconciles what its handlers
+// report, without waiting for the interval.
+func TestIndexerSourceIsReconciledOnEnqueue(t *testing.T) {
+	idx := cache.NewIndexer(func(obj any) (string, error) { return "ns/" + obj.(*item).name, nil }, cache.Indexers{})
+	for _, n := range []string{"a", "b"} {
+		if err := idx.Add(&item{name: n, gen: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	var patched []string
+	kube := fake.NewClientset()
+	cfg := baseConfig(kube)
+	cfg.Interval = time.Hour
+	c, err := quietpatch.New(source.Indexer[*item](idx, nil), itemComputer, statuspatch.PatcherFunc[string](func(_ context.Context, name string) error {
+		o, _, _ := idx.GetByKey("ns/" + name)
+		if err := idx.Update(&item{name: name, gen: o.(*item).gen, state: o.(*item).gen}); err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		patched = append(patched, fmt.Sprintf("%s@%d", name, o.(*item).gen))
+		return nil
+	}), cfg)
+	if err != nil {
+		t.Fatalf("New with an Indexer Source: %v", err)
+	}
+	stop := runInBackground(t, c)
+	got := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Sorted(slices.Values(patched))
+	}
+	waitUntil(t, "the first pass's patches", func() bool { return len(got()) == 2 })
+	if err := idx.Update(&item{name: "b", gen: 2, state: 1}); err != nil {
+		t.Fatal(err)
+	}
+	c.Enqueue(types.NamespacedName{Namespace: "ns", Name: "b"})
+	waitUntil(t, "the patch of b's change", func() bool { return len(got()) == 3 })
+	if want := []string{"a@1", "b@1", "b@2"}; !slices.Equal(got(), want) {
+		t.Errorf("patched %v, want %v", got(), want)
+	}
+	if n := c.Stats().Reconciler.Passes["completed"]; n != 1 {
+		t.Errorf("%d full passes, want 1: the change was reconciled on its own", n)
+	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}

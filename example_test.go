@@ -90,9 +90,9 @@ func Example() {
 
 	// One call: the Lease, the queue, the reconciler, the dispatcher.
 	ctrl, err := quietpatch.New(source.Informer[*Widget](inf), computer, patcher, quietpatch.Config{
-		Name:   "widgets",
-		Leases: kube.CoordinationV1(),
-		Lease:  leader.Config{Namespace: "demo", Name: "widget-status"},
+		Options: statuspatch.Options{Name: "widgets"},
+		Leases:  kube.CoordinationV1(),
+		Lease:   leader.Config{Namespace: "demo", Name: "widget-status"},
 	})
 	if err != nil {
 		fmt.Println(err)

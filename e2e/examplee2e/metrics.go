@@ -17,17 +17,17 @@ import (
 // in _seconds; see the statuspatch package documentation for what each
 // means).
 const (
-	MetricQueueDepth        = "quietpatch_queue_depth"                // items waiting
+	MetricQueueDepth        = "quietpatch_queue_depth"                // keys waiting
 	MetricQueueDepthEWMA    = "quietpatch_queue_depth_peak_ewma"      // Peak-EWMA of depth
 	MetricQueueCapacity     = "quietpatch_queue_capacity"             // capacity
 	MetricQueueDropped      = "quietpatch_queue_dropped_total"        // by reason
-	MetricQueueEnqueued     = "quietpatch_queue_enqueued_total"       // accepted sends
-	MetricQueueSuperseded   = "quietpatch_queue_superseded_total"     // coalesced
+	MetricQueueEnqueued     = "quietpatch_queue_enqueued_total"       // keys added
+	MetricQueueSuperseded   = "quietpatch_queue_superseded_total"     // keys added while waiting (coalesced)
 	MetricReconcileDuration = "quietpatch_reconcile_duration_seconds" // one sample per full pass
 	MetricReconcileObjects  = "quietpatch_reconcile_objects_total"    // by result
-	MetricReconcileHalted   = "quietpatch_reconcile_halted_total"     // passes halted on a full queue
+	MetricReconcileHalted   = "quietpatch_reconcile_halted_total"     // passes halted on a full pass lane
 	MetricDispatchPatches   = "quietpatch_dispatch_patches_total"     // patch calls by outcome
-	MetricDispatchDropped   = "quietpatch_dispatch_dropped_total"     // dequeued, not applied, by reason
+	MetricDispatchDropped   = "quietpatch_dispatch_dropped_total"     // keys served without a call, by reason
 	MetricDispatchInFlight  = "quietpatch_dispatch_in_flight"         // patch calls in progress
 	MetricDispatchLimit     = "quietpatch_dispatch_limit"             // in-flight limit (adaptive or fixed)
 	// MetricDispatchLatencyEWMA is the Peak-EWMA of the patch latency.

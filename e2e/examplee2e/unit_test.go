@@ -113,7 +113,7 @@ func TestMetrics(t *testing.T) {
 quietpatch_queue_depth{pipeline="q"} 3
 # TYPE quietpatch_queue_dropped_total counter
 quietpatch_queue_dropped_total{pipeline="q",reason="full"} 2
-quietpatch_queue_dropped_total{pipeline="q",reason="expired"} 5
+quietpatch_queue_dropped_total{pipeline="q",reason="closed"} 5
 quietpatch_queue_dropped_total{pipeline="r",reason="full"} 1
 # TYPE quietpatch_reconcile_duration_seconds histogram
 quietpatch_reconcile_duration_seconds_bucket{result="ok",le="+Inf"} 7
@@ -138,7 +138,7 @@ go_goroutines 42
 		{"counter, all series", m.Sum(examplee2e.MetricQueueDropped), 8},
 		{"counter, one label", m.Sum(examplee2e.MetricQueueDropped, "reason", "full"), 3},
 		{"counter, two labels", m.Sum(examplee2e.MetricQueueDropped, "pipeline", "q", "reason", "full"), 2},
-		{"counter, no match", m.Sum(examplee2e.MetricQueueDropped, "reason", "closed"), 0},
+		{"counter, no match", m.Sum(examplee2e.MetricQueueDropped, "reason", "nope"), 0},
 		{"absent family", m.Sum(examplee2e.MetricDispatchInFlight), 0},
 		{"histogram count = passes", m.Passes(), 8},
 	} {
@@ -146,7 +146,7 @@ go_goroutines 42
 			t.Errorf("%s: got %v, want %v", tc.label, tc.got, tc.want)
 		}
 	}
-	if got := m.ByLabel(examplee2e.MetricQueueDropped, "reason"); got["full"] != 3 || got["expired"] != 5 || len(got) != 2 {
+	if got := m.ByLabel(examplee2e.MetricQueueDropped, "reason"); got["full"] != 3 || got["closed"] != 5 || len(got) != 2 {
 		t.Errorf("ByLabel = %v", got)
 	}
 	if got := m.Names("quietpatch_"); !slices.Equal(got, []string{examplee2e.MetricQueueDepth, examplee2e.MetricQueueDropped, examplee2e.MetricReconcileDuration}) {

@@ -26,12 +26,13 @@
 //	Convergence/quietpatch-1, -N          routes/s                     routes from an empty to the desired status, per second
 //	Convergence/floor-1, -N               routes/s                     the same with a plain client-go loop
 //	Failover/crash, /vacate               s, lease-s                   failure to the new leader's first status patch, and to its Lease
-//	StalledMemory/quietpatch, /unbounded  heap-MiB, growth-MiB, depth  live heap with the API server stalled, its growth, patches waiting
+//	StalledMemory/quietpatch, /unbounded  heap-MiB, growth-MiB, depth  live heap with the API server stalled, its growth, keys (patches, unbounded) waiting
 //	Adaptive/rtt=R/adaptive, /fixed-N     routes/s, call-ms            convergence through a proxy adding R of RTT, adaptive or N in flight;
 //	                                      limit-median, limit-final    the adaptive limit, and its latency estimate
 //	                                      latency-ms
 //	Storm/adaptive, /plain-N              routes/s                     every storm route's status changes at once: quietpatch.New, or a plain client with N goroutines;
-//	                                      expired/N, rebuilt/N, ...    for adaptive, what the queue expired and what was built twice, per route
+//	                                      superseded/N, unchanged/N,   for adaptive, per route: keys coalesced, keys served with nothing to send,
+//	                                      extra/N                      patch calls beyond one
 //	Politeness/alone, /adaptive,          p99-ms, p50-ms, max-ms       another client's request latency alone, and during a storm
 //	/fixed-64                             routes/s                     (adaptive, or 64 in flight)
 //
@@ -58,7 +59,7 @@
 //	QP_PERF_K                 50       routes changed per interval (steady state), or at a failover
 //	QP_PERF_INTERVALS         5        steady-state intervals measured for quietpatch
 //	QP_PERF_NAIVE_INTERVALS   1        steady-state intervals measured for the naive controller
-//	QP_PERF_CAPACITY          1000     queue capacity (steady state, failover, stall)
+//	QP_PERF_CAPACITY          1000     queue capacity, keys a lane (steady state, failover, stall)
 //	QP_PERF_LEASE             15s      LeaseDuration of the failover claimers
 //	QP_PERF_STALL_PASSES      10       passes while the API is stalled
 //	QP_PERF_STALL_INTERVAL    1s       time between those passes

@@ -109,7 +109,7 @@ func newPlot(title, ylabel string) *plot.Plot {
 }
 
 // PlotDepth draws, for the quietpatch variant of samples, the number of
-// patches waiting in the queue and the queue's Peak-EWMA gauge over time,
+// route keys waiting in the queue and the queue's Peak-EWMA gauge over time,
 // with a marker where the stall was cleared, and saves the plot to path. The
 // format follows path's extension (.svg, .png, .pdf, ...).
 func PlotDepth(samples []Sample, path string) error {
@@ -128,7 +128,7 @@ func PlotDepth(samples []Sample, path string) error {
 			top = max(top, s.DepthPeakEWMA)
 		}
 	}
-	p := newPlot("quietpatch queue while the API server is stalled", "patches waiting")
+	p := newPlot("quietpatch queue while the API server is stalled", "keys waiting")
 	if err := line(p, "depth (sampled)", depth, blue, false); err != nil {
 		return err
 	}

@@ -31,7 +31,8 @@ type Sample struct {
 	// Stalled reports whether the API server was stalled when the sample
 	// was taken (false during the recovery that follows the stall).
 	Stalled bool
-	// Depth is the number of patches waiting in the queue.
+	// Depth is the number of items waiting in the queue: route keys for
+	// quietpatch, patches for the unbounded queue.
 	Depth int
 	// DepthPeakEWMA is the queue's quietpatch.queue.depth.peak_ewma gauge
 	// as an OpenTelemetry reader collected it; NaN for a queue that has

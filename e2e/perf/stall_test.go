@@ -24,11 +24,6 @@ import (
 	"github.com/quietpatch/quietpatch/statuspatch"
 )
 
-// stallDepthTau is the time constant of the quietpatch queue's depth
-// Peak-EWMA in the stall scenario: short, so that the plot shows the decay
-// within the recovery window.
-const stallDepthTau = 2 * time.Second
-
 // BenchmarkStalledMemory measures the live heap of a controller whose API
 // server stops answering: every status PATCH is held by a FaultProxy
 // (Fault{Stall: true}) until the client gives up. All QP_PERF_ROUTES routes
@@ -39,16 +34,19 @@ const stallDepthTau = 2 * time.Second
 // sample records the live heap (runtime.MemStats.HeapAlloc after a forced
 // GC), the queue depth and, for quietpatch, its depth Peak-EWMA gauge.
 //
-//   - quietpatch: Reconciler + PatchQueue (capacity QP_PERF_CAPACITY, 1,000;
-//     depth Peak-EWMA τ = 2 s) + Dispatcher (QP_PERF_WORKERS workers,
-//     PatchTimeout 5 s). A pass halts when the queue is full.
+//   - quietpatch: Reconciler + PatchQueue of route keys (capacity
+//     QP_PERF_CAPACITY, 1,000; the library's depth Peak-EWMA, τ = 10 s) +
+//     Dispatcher (QP_PERF_WORKERS workers, PatchTimeout 5 s), which builds
+//     each patch when it can send it. A pass halts when the pass lane is
+//     full.
 //   - unbounded: the seed: one patch per route per pass appended to an
 //     unbounded queue, one dispatcher without a deadline.
 //
 // Reported: heap-MiB, the process's live heap after the last stalled pass
 // (it includes what both variants share: the informer caches of the routes
 // and the fixtures); growth-MiB, its growth since just before the first
-// pass; depth, the patches waiting then. The samples go to a CSV, and plots
+// pass; depth, what waits then (quietpatch: route keys; unbounded:
+// patches). The samples go to a CSV, and plots
 // are drawn (WriteAll), into QP_PLOTS_DIR if set, else into
 // $TMPDIR/quietpatch-perf.
 func BenchmarkStalledMemory(b *testing.B) {
@@ -71,7 +69,7 @@ func BenchmarkStalledMemory(b *testing.B) {
 	var all []Sample
 	report := func(b *testing.B, samples []Sample, final, baseline Sample) {
 		all = append(all, samples...)
-		b.Logf("%s: live heap %.1f MiB before the first pass, %.1f MiB after the last stalled pass; %d patches waiting",
+		b.Logf("%s: live heap %.1f MiB before the first pass, %.1f MiB after the last stalled pass; %d waiting",
 			final.Variant, baseline.HeapMiB(), final.HeapMiB(), final.Depth)
 		b.ReportMetric(final.HeapMiB(), "heap-MiB")
 		b.ReportMetric(final.HeapMiB()-baseline.HeapMiB(), "growth-MiB")
@@ -85,7 +83,7 @@ func BenchmarkStalledMemory(b *testing.B) {
 		st, err := w.newStack(stackConfig{
 			Name: "stall", Capacity: w.cfg.Capacity, Workers: w.cfg.Workers, Leader: newStaticLeader("stall"), Client: dyn,
 			Current: func(*gatewayv1.HTTPRoute) gatewayv1.HTTPRouteStatus { return gatewayv1.HTTPRouteStatus{} },
-			Queue:   statuspatch.QueueConfig[statuspatch.Patch[statuspatch.MergePatch]]{Meter: mp.Meter("perf"), DepthTau: stallDepthTau},
+			Meter:   mp.Meter("perf"),
 		})
 		if err != nil {
 			b.Fatal(err)
@@ -221,7 +219,7 @@ func (w *world) runStall(ctx context.Context, b *testing.B, proxy *cluster.Fault
 		if err := v.pass(ctx); err != nil {
 			return nil, final, baseline, fmt.Errorf("pass %d: %w", i, err)
 		}
-		b.Logf("%s: pass %d took %v, %d patches waiting", v.variant, i, time.Since(begin).Round(time.Millisecond), v.depth())
+		b.Logf("%s: pass %d took %v, %d waiting", v.variant, i, time.Since(begin).Round(time.Millisecond), v.depth())
 		if i == w.cfg.StallPasses-1 {
 			break
 		}

@@ -39,8 +39,8 @@ type StormSample struct {
 	// Latency is the dispatcher's latency estimate, the Peak-EWMA of the
 	// patch latency (DispatcherStats.Latency).
 	Latency time.Duration
-	// Depth is the number of patches waiting in the queue; Capacity the
-	// queue's capacity then (it follows the drain rate).
+	// Depth is the number of route keys waiting in the queue; Capacity
+	// the capacity of each of its lanes.
 	Depth, Capacity int
 	// Applied counts the patches applied successfully since the storm
 	// began.
@@ -189,7 +189,7 @@ func PlotStorm(samples []StormSample, path string) error {
 	}
 	queue, err := stormPanel(samples, "", "patches",
 		stormLine{"queue depth", func(s StormSample) float64 { return float64(s.Depth) }, false},
-		stormLine{"queue capacity (follows the drain rate)", func(s StormSample) float64 { return float64(s.Capacity) }, true})
+		stormLine{"queue capacity (each lane)", func(s StormSample) float64 { return float64(s.Capacity) }, true})
 	if err != nil {
 		return err
 	}

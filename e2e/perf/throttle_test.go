@@ -88,7 +88,7 @@ func TestRetryAfterHonoured(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctrl, err := quietpatch.New[*gatewayv1.HTTPRoute](source.Informer[*gatewayv1.HTTPRoute](w.routeInformer), w.computerFuncs(nil), patcher,
-		quietpatch.Config{Name: "throttle", Observer: newStaticLeader("throttle"), Interval: 2 * time.Second})
+		quietpatch.Config{Options: statuspatch.Options{Name: "throttle", Interval: 2 * time.Second}, Observer: newStaticLeader("throttle")})
 	if err != nil {
 		t.Fatal(err)
 	}

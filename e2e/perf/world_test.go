@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -841,7 +842,8 @@ func (s routeSource) Get(key types.NamespacedName) (*gatewayv1.HTTPRoute, bool, 
 
 type (
 	routeReconciler = statuspatch.Reconciler[*gatewayv1.HTTPRoute, gatewayv1.HTTPRouteStatus, statuspatch.MergePatch]
-	routeQueue      = statuspatch.PatchQueue[statuspatch.Patch[statuspatch.MergePatch]]
+	routeDispatcher = statuspatch.Dispatcher[*gatewayv1.HTTPRoute, gatewayv1.HTTPRouteStatus, statuspatch.MergePatch]
+	routeQueue      = statuspatch.PatchQueue[types.NamespacedName]
 )
 
 // stackConfig says how to build a quietpatch stack (queue, reconciler,
@@ -859,7 +861,8 @@ type stackConfig struct {
 	// Patcher, when set, replaces the DynamicStatusPatcher over Client.
 	Patcher  statuspatch.Patcher[statuspatch.MergePatch]
 	Interval time.Duration // default 10 s
-	Queue    statuspatch.QueueConfig[statuspatch.Patch[statuspatch.MergePatch]]
+	// Meter, when set, receives the parts' instruments.
+	Meter metric.Meter
 }
 
 // routeComputer is the reconciler's StatusComputer for HTTPRoutes, the
@@ -884,13 +887,14 @@ func (w *world) computerFuncs(current func(*gatewayv1.HTTPRoute) gatewayv1.HTTPR
 	}
 }
 
-// stack is quietpatch running in process: a PatchQueue, a Reconciler over
-// the informer cache with the example's computer, and a Dispatcher applying
-// patches with a DynamicStatusPatcher whose outcomes rec counts.
+// stack is quietpatch running in process: a PatchQueue of route keys, a
+// Reconciler over the informer cache with the example's computer, and a
+// Dispatcher building each patch from the same cache and computer and
+// applying it with a DynamicStatusPatcher whose outcomes rec counts.
 type stack struct {
 	queue      *routeQueue
 	reconciler *routeReconciler
-	dispatcher *statuspatch.Dispatcher[statuspatch.MergePatch]
+	dispatcher *routeDispatcher
 	rec        recorder
 
 	cancel context.CancelFunc
@@ -899,20 +903,13 @@ type stack struct {
 }
 
 func (w *world) newStack(cfg stackConfig) (*stack, error) {
-	qc := cfg.Queue
-	qc.Capacity, qc.Key, qc.Name = cfg.Capacity, statuspatch.PatchKey[statuspatch.MergePatch], cfg.Name
-	q, err := statuspatch.NewPatchQueue(qc)
+	opts := statuspatch.Options{Name: cfg.Name, Capacity: cfg.Capacity, Workers: cfg.Workers, Interval: cfg.Interval, Meter: cfg.Meter}
+	q, err := statuspatch.NewPatchQueue[types.NamespacedName](opts)
 	if err != nil {
 		return nil, err
 	}
-	rc, err := statuspatch.NewReconciler(statuspatch.ReconcilerConfig[*gatewayv1.HTTPRoute, gatewayv1.HTTPRouteStatus, statuspatch.MergePatch]{
-		Source:   routeSource{w: w, keys: cfg.Keys},
-		Computer: w.computerFuncs(cfg.Current),
-		Queue:    q,
-		Leader:   cfg.Leader,
-		Interval: cfg.Interval,
-		Name:     cfg.Name,
-	})
+	src, comp := routeSource{w: w, keys: cfg.Keys}, w.computerFuncs(cfg.Current)
+	rc, err := statuspatch.NewReconciler(src, comp, q, cfg.Leader, opts)
 	if err != nil {
 		q.Close()
 		return nil, err
@@ -929,10 +926,7 @@ func (w *world) newStack(cfg stackConfig) (*stack, error) {
 		}
 	}
 	s := &stack{queue: q, reconciler: rc, errs: make(chan error, 2)}
-	s.dispatcher, err = statuspatch.NewDispatcher(statuspatch.DispatcherConfig[statuspatch.MergePatch]{
-		Queue: q, Patcher: s.rec.wrap(patcher), Leader: cfg.Leader, Workers: cfg.Workers, Name: cfg.Name,
-	})
-	if err != nil {
+	if s.dispatcher, err = statuspatch.NewDispatcher(q, src, comp, s.rec.wrap(patcher), cfg.Leader, opts); err != nil {
 		q.Close()
 		return nil, err
 	}

@@ -7,9 +7,11 @@ package reliability_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -34,15 +36,29 @@ type libConfig struct {
 }
 
 // libReplica is one replica built from the library's parts: a
-// leader.Claimer and, optionally, a statuspatch.PatchQueue (keyed by
-// statuspatch.PatchKey) drained by a statuspatch.Dispatcher.
+// leader.Claimer and, optionally, a statuspatch.PatchQueue of route keys
+// drained by a statuspatch.Dispatcher. There is no reconciler: patchRoute
+// says what a route's status should be and queues its key; the dispatcher
+// builds the patch when it serves the key, from the route as patchRoute
+// was given it (its resourceVersion is the precondition), under the claim
+// current then.
 type libReplica struct {
 	t       *testing.T
 	id      string
 	claimer *leader.Claimer
-	queue   *statuspatch.PatchQueue[statuspatch.Patch[statuspatch.MergePatch]]
+	queue   *statuspatch.PatchQueue[types.NamespacedName]
 	cancel  context.CancelFunc
 	done    chan struct{} // closed once every Run has returned
+
+	mu     sync.Mutex
+	routes map[types.NamespacedName]wanted
+}
+
+// wanted is a route as patchRoute was given it, and the parents its status
+// should have.
+type wanted struct {
+	route   *gatewayv1.HTTPRoute
+	parents []gatewayv1.RouteParentStatus
 }
 
 // startLibReplica builds and runs a libReplica; it is stopped when the test
@@ -60,7 +76,7 @@ func startLibReplica(t *testing.T, cfg libConfig) *libReplica {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &libReplica{t: t, id: cfg.Identity, claimer: c, done: make(chan struct{})}
+	r := &libReplica{t: t, id: cfg.Identity, claimer: c, done: make(chan struct{}), routes: map[types.NamespacedName]wanted{}}
 	runs := []func(context.Context) error{c.Run}
 	if cfg.Status != nil {
 		dc, err := dynamic.NewForConfig(cfg.Status)
@@ -71,15 +87,11 @@ func startLibReplica(t *testing.T, cfg libConfig) *libReplica {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r.queue, err = statuspatch.NewPatchQueue(statuspatch.QueueConfig[statuspatch.Patch[statuspatch.MergePatch]]{
-			Capacity: 1000, Key: statuspatch.PatchKey[statuspatch.MergePatch],
-		})
-		if err != nil {
+		opts := statuspatch.Options{Name: cfg.Identity, Capacity: 1000, PatchTimeout: cfg.PatchTimeout, Workers: cfg.Workers}
+		if r.queue, err = statuspatch.NewPatchQueue[types.NamespacedName](opts); err != nil {
 			t.Fatal(err)
 		}
-		d, err := statuspatch.NewDispatcher(statuspatch.DispatcherConfig[statuspatch.MergePatch]{
-			Queue: r.queue, Patcher: patcher, Leader: c, PatchTimeout: cfg.PatchTimeout, Workers: cfg.Workers,
-		})
+		d, err := statuspatch.NewDispatcher(r.queue, libSource{r}, libComputer(r), patcher, c, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -103,23 +115,58 @@ func startLibReplica(t *testing.T, cfg libConfig) *libReplica {
 	return r
 }
 
-// epoch returns the epoch of our claim if it is current.
-func (r *libReplica) epoch() (int64, bool) {
-	c := r.claimer.Current()
-	return c.Epoch, c.IsCurrentFor(r.id, time.Now())
+// libSource is the dispatcher's Source: the routes patchRoute was given.
+type libSource struct{ r *libReplica }
+
+func (s libSource) List() ([]wanted, error) {
+	s.r.mu.Lock()
+	defer s.r.mu.Unlock()
+	out := make([]wanted, 0, len(s.r.routes))
+	for _, w := range s.r.routes {
+		out = append(out, w)
+	}
+	return out, nil
 }
+
+func (s libSource) Get(key types.NamespacedName) (wanted, bool, error) {
+	s.r.mu.Lock()
+	defer s.r.mu.Unlock()
+	w, ok := s.r.routes[key]
+	return w, ok, nil
+}
+
+// libComputer wants the parents patchRoute gave; every key queued is
+// sent (Equal is false): the test decides what to write.
+func libComputer(r *libReplica) statuspatch.StatusComputer[wanted, []gatewayv1.RouteParentStatus, statuspatch.MergePatch] {
+	return statuspatch.ComputerFuncs[wanted, []gatewayv1.RouteParentStatus, statuspatch.MergePatch]{
+		KeyFunc: func(w wanted) types.NamespacedName {
+			return types.NamespacedName{Namespace: w.route.Namespace, Name: w.route.Name}
+		},
+		CurrentFunc: func(w wanted) []gatewayv1.RouteParentStatus { return w.route.Status.Parents },
+		DesiredFunc: func(w wanted) ([]gatewayv1.RouteParentStatus, error) { return w.parents, nil },
+		EqualFunc:   func(_, _ []gatewayv1.RouteParentStatus) bool { return false },
+		PatchFunc: func(w wanted, parents []gatewayv1.RouteParentStatus) (statuspatch.MergePatch, error) {
+			return statuspatch.NewMergePatch(w.route, map[string]any{"parents": parents})
+		},
+	}
+}
+
+// leads reports whether our claim is current.
+func (r *libReplica) leads() bool { return r.claimer.Current().IsCurrentFor(r.id, time.Now()) }
 
 // holder returns who holds the Lease as r last saw it.
 func (r *libReplica) holder() string { return r.claimer.Current().Holder }
 
-// patchRoute queues a merge patch of route's status to parents (with the
-// route's resourceVersion as precondition), under epoch.
-func (r *libReplica) patchRoute(route *gatewayv1.HTTPRoute, parents []gatewayv1.RouteParentStatus, epoch int64) error {
-	p, err := statuspatch.NewMergePatch(route, map[string]any{"parents": parents})
-	if err != nil {
-		return err
-	}
-	return r.queue.TrySend(statuspatch.Patch[statuspatch.MergePatch]{Key: route.Namespace + "/" + route.Name, Epoch: epoch, Payload: p})
+// patchRoute asks for route's status to have parents (with the route's
+// resourceVersion as precondition) and queues its key in the fresh lane;
+// the dispatcher builds and sends the patch under the claim current when
+// it serves the key.
+func (r *libReplica) patchRoute(route *gatewayv1.HTTPRoute, parents []gatewayv1.RouteParentStatus) error {
+	key := types.NamespacedName{Namespace: route.Namespace, Name: route.Name}
+	r.mu.Lock()
+	r.routes[key] = wanted{route: route, parents: parents}
+	r.mu.Unlock()
+	return r.queue.Add(key, statuspatch.LaneFresh)
 }
 
 // relinquish gives the Lease up on purpose, staying out of the race for

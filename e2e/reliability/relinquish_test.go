@@ -18,9 +18,9 @@ import (
 // TestRelinquishNoStatusWriteAfterVacate checks the promise "no status
 // write lands after our vacate or after the successor's acquisition" for a
 // replica built from the library's parts (a leader.Claimer, a
-// statuspatch.PatchQueue and a statuspatch.Dispatcher with a
+// statuspatch.PatchQueue of route keys and a statuspatch.Dispatcher with a
 // DynamicStatusPatcher) that gives the Lease up with Relinquish while
-// status patches are in flight: new calls stop and queued patches are
+// status patches are in flight: new calls stop and queued keys are
 // dropped, the calls in flight run until the API server answers, and the
 // Lease is vacated only once every call got its answer (after a call that
 // ended without one, the replica does not vacate and lets its claim run
@@ -78,13 +78,10 @@ func TestRelinquishNoStatusWriteAfterVacate(t *testing.T) {
 		Namespace: ns, Lease: leaseName, Identity: "rq-a", LeaseDuration: leaseDuration, RetryPeriod: retryPeriod,
 		Leases: rcA, Status: proxy.Config(rcA), Workers: workers, PatchTimeout: patchTimeout,
 	})
-	var epoch int64
 	if err := examplee2e.Poll(ctx, 20*time.Millisecond, func(context.Context) error {
-		e, ok := a.epoch()
-		if !ok {
+		if !a.leads() {
 			return fmt.Errorf("%s does not hold the Lease (holder %q)", a.id, a.holder())
 		}
-		epoch = e
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -92,7 +89,7 @@ func TestRelinquishNoStatusWriteAfterVacate(t *testing.T) {
 	b := startLibReplica(t, libConfig{
 		Namespace: ns, Lease: leaseName, Identity: "rq-b", LeaseDuration: leaseDuration, RetryPeriod: retryPeriod, Leases: rcB,
 	})
-	applyStatus(t, ctx, cp, a, ns, controller, epoch, "warm-up")
+	applyStatus(t, ctx, cp, a, ns, controller, "warm-up")
 	if err := examplee2e.Poll(ctx, 20*time.Millisecond, func(context.Context) error {
 		if h := b.holder(); h != a.id {
 			return fmt.Errorf("%s sees %q hold the Lease", b.id, h)
@@ -111,7 +108,7 @@ func TestRelinquishNoStatusWriteAfterVacate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := a.patchRoute(cur, entry(cur, controller, "in flight at the relinquish"), epoch); err != nil {
+		if err := a.patchRoute(cur, entry(cur, controller, "in flight at the relinquish")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -200,7 +197,7 @@ func hasEntry(route *gatewayv1.HTTPRoute, controller gatewayv1.GatewayController
 // applyStatus has r's dispatcher give every route in ns controller's entry
 // with message, queueing again (from a fresh read) every route still
 // without it, until all have it.
-func applyStatus(t *testing.T, ctx context.Context, cp *cluster.ControlPlane, r *libReplica, ns string, controller gatewayv1.GatewayController, epoch int64, message string) {
+func applyStatus(t *testing.T, ctx context.Context, cp *cluster.ControlPlane, r *libReplica, ns string, controller gatewayv1.GatewayController, message string) {
 	t.Helper()
 	if err := examplee2e.Poll(ctx, 500*time.Millisecond, func(ctx context.Context) error {
 		l, err := cp.AdminGatewayClient().GatewayV1().HTTPRoutes(ns).List(ctx, metav1.ListOptions{})
@@ -214,7 +211,7 @@ func applyStatus(t *testing.T, ctx context.Context, cp *cluster.ControlPlane, r 
 				continue
 			}
 			missing++
-			if err := r.patchRoute(route, entry(route, controller, message), epoch); err != nil {
+			if err := r.patchRoute(route, entry(route, controller, message)); err != nil {
 				return err
 			}
 		}

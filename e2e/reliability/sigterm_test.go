@@ -25,7 +25,7 @@ func isRouteStatusPatch(r *http.Request) bool {
 // TestSIGTERMNoStatusWriteAfterVacate checks the promise "no status write
 // lands after our vacate or after the successor's acquisition" for a
 // replica of the example controller stopped with SIGTERM while its status
-// patches are in flight: new calls stop and queued patches are dropped,
+// patches are in flight: new calls stop and queued keys are dropped,
 // but the calls in flight run until the API server answers, and the Lease
 // is vacated only once every call got its answer (after a call that ended
 // without one, the replica does not vacate and lets its claim run out).

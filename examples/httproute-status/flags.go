@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -69,9 +70,9 @@ func newFlagSet(getenv env) (*flag.FlagSet, *flagValues) {
 	fs.DurationVar(&v.interval, "reconcile-interval", controller.DefaultReconcileInterval,
 		"time between full reconcile passes while leader (events reconcile single routes in between)")
 	fs.IntVar(&v.queueCapacity, "queue-capacity", 0,
-		"patches the queue holds; 0: automatic, the library sizes it to what the API server absorbs in one --reconcile-interval")
+		"route keys each lane of the queue holds (a pass finding more changed routes halts and the next resumes where it stopped); 0: statuspatch.DefaultCapacity ("+strconv.Itoa(controller.DefaultQueueCapacity)+")")
 	fs.DurationVar(&v.patchLatency, "patch-latency", 0,
-		"deprecated and ignored: the library sizes the queue (see --queue-capacity)")
+		"deprecated and ignored (see --queue-capacity)")
 	fs.DurationVar(&v.patchTimeout, "patch-timeout", controller.DefaultPatchTimeout,
 		"deadline of each status patch (never later than the end of our claim)")
 	fs.IntVar(&v.workers, "workers", 0,
@@ -161,7 +162,7 @@ func parseFlags(args []string, getenv env) (config, error) {
 	cfg := config{logFormat: v.logFormat}
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "patch-latency" {
-			cfg.warnings = append(cfg.warnings, "--patch-latency is deprecated and ignored: the queue's capacity is automatic unless --queue-capacity sets it")
+			cfg.warnings = append(cfg.warnings, "--patch-latency is deprecated and ignored: --queue-capacity sets the queue's capacity")
 		}
 	})
 	switch strings.ToLower(v.logLevel) {

@@ -31,7 +31,7 @@ func TestParseFlagsDefaults(t *testing.T) {
 		{"Identity is $POD_NAME_<random>", strings.HasPrefix(o.Identity, "pod-0_") && len(o.Identity) == len("pod-0_")+8, true},
 		{"LeaseDuration", o.LeaseDuration, 15 * time.Second},
 		{"ReconcileInterval", o.ReconcileInterval, 10 * time.Second},
-		{"QueueCapacity (automatic)", o.QueueCapacity, 0},
+		{"QueueCapacity (0: the library's default)", o.QueueCapacity, 0},
 		{"PatchTimeout", o.PatchTimeout, 5 * time.Second},
 		{"Workers (automatic)", o.Workers, 0},
 		{"KubeQPS (no client-side limit)", o.KubeQPS, float32(-1)},
@@ -142,7 +142,7 @@ func TestParseFlagsInvalid(t *testing.T) {
 		{"zero QPS", []string{"--kube-qps=0"}, "--kube-qps: must be > 0, or negative"},
 		{"absurd QPS", []string{"--kube-qps=1e9"}, "--kube-qps: must be at most"},
 		{"zero burst", []string{"--kube-burst=0"}, "--kube-burst: must be >= 1"},
-		{"negative capacity", []string{"--queue-capacity=-5"}, "--queue-capacity: must be between 0 (automatic) and 10000000, got -5"},
+		{"negative capacity", []string{"--queue-capacity=-5"}, "--queue-capacity: must be between 0 (meaning 50000) and 10000000, got -5"},
 		{"bad controller name", []string{"--controller-name=nope"}, "--controller-name: must be DOMAIN/PATH"},
 		{"bad lease namespace", []string{"--lease-namespace=Bad_NS"}, "--lease-namespace: must be a valid namespace name"},
 		{"empty lease namespace", []string{"--lease-namespace="}, "--lease-namespace: must not be empty"},
@@ -190,7 +190,7 @@ func TestFlagOf(t *testing.T) {
 			t.Errorf("usage lacks -%s", f.Name)
 		}
 	})
-	for _, s := range []string{"0: automatic", "negative: none, the default", "Priority and Fairness"} {
+	for _, s := range []string{"0: automatic", "0: statuspatch.DefaultCapacity (50000)", "negative: none, the default", "Priority and Fairness"} {
 		if !strings.Contains(b.String(), s) {
 			t.Errorf("usage lacks %q", s)
 		}

@@ -35,7 +35,7 @@ type Options struct {
 	// Config configures the pipeline; see quietpatch.Config for every
 	// field and its default. Add sets these when they are zero:
 	//
-	//   - Name: quietpatch.DefaultName. It labels the instruments and
+	//   - Name: statuspatch.DefaultName. It labels the instruments and
 	//     names the probes: give each pipeline of a process its own.
 	//   - Leases (unless Observer is set): a Lease client of its own made
 	//     from mgr.GetConfig() and sharing mgr.GetHTTPClient(), limited to
@@ -49,6 +49,12 @@ type Options struct {
 	//   - Meter: the meter of a MeterProvider of Add's own, exported to
 	//     Registerer (see NewMeterProvider), shut down when the Runnable
 	//     stops.
+	//
+	// Config.Dependencies declares the other resources the statuses are
+	// computed from: an informer of the manager's cache
+	// (mgr.GetCache().GetInformer(ctx, &corev1.ConfigMap{})) is a
+	// quietpatch.Informer, so one entry makes Run wait for it and its
+	// events enqueue the objects its Keys names.
 	Config quietpatch.Config
 
 	// FieldManager names the writer of the status patches in managedFields.
@@ -83,8 +89,9 @@ type Options struct {
 
 // Add builds a quietpatch status controller for the objects of obj's type
 // in mgr's cache and adds it to mgr; mgr.Start runs it. It returns the
-// Controller, whose Enqueue takes events of other resources the status
-// depends on, and whose Stats, Ready and Live report on it.
+// Controller: its Stats, Ready and Live report on it, Enqueue takes the
+// keys of events Config.Dependencies does not cover, and Source is the
+// Source over the manager's informer.
 //
 // In one call, Add:
 //
@@ -121,7 +128,7 @@ func Add[O client.Object, S any](ctx context.Context, mgr manager.Manager, obj O
 	}
 	cfg := opts.Config
 	if cfg.Name == "" {
-		cfg.Name = quietpatch.DefaultName
+		cfg.Name = statuspatch.DefaultName
 	}
 	if opts.FieldManager == "" {
 		opts.FieldManager = cfg.Name

@@ -157,9 +157,8 @@ func TestAddOptions(t *testing.T) {
 	defer cancel()
 	ctrl, err := qpcr.Add(ctx, mgr, &examplev1.Widget{}, newComputer(t), qpcr.Options{
 		Config: quietpatch.Config{
-			Name:     "options",
-			Interval: testInterval,
-			Lease:    leader.Config{Namespace: "quietpatch-system", Name: "options", LeaseDuration: testLeaseDuration},
+			Options: statuspatch.Options{Name: "options", Interval: testInterval},
+			Lease:   leader.Config{Namespace: "quietpatch-system", Name: "options", LeaseDuration: testLeaseDuration},
 		},
 		Patcher:    own,
 		Registerer: prometheus.NewRegistry(),

@@ -6,8 +6,8 @@
 //	computer, _ := conditions.New(conditions.Config[*v1.Widget]{Conditions: readyCondition})
 //	_, err := controllerruntime.Add(ctx, mgr, &v1.Widget{}, computer, controllerruntime.Options{
 //		Config: quietpatch.Config{
-//			Name:  "widgets",
-//			Lease: leader.Config{Namespace: "widget-system", Name: "widget-status"},
+//			Options: statuspatch.Options{Name: "widgets"},
+//			Lease:   leader.Config{Namespace: "widget-system", Name: "widget-status"},
 //		},
 //	})
 //	mgr.Start(ctx)
@@ -78,31 +78,35 @@
 // restricted to several namespaces (cache.Options.DefaultNamespaces with
 // more than one entry) has no single indexer: [NewSource] then fails with
 // [ErrNoIndexer]. Changes of the resource are enqueued by the handler
-// quietpatch.New registers on the informer; for the resources a status
-// depends on, register handlers on their informers
-// (mgr.GetCache().GetInformer) that call the Controller's Enqueue, for
-// instance through source.EnqueueHandler.
+// quietpatch.New registers on the informer. The resources a status depends
+// on are declared in Options.Config.Dependencies: an informer of the
+// manager's cache (mgr.GetCache().GetInformer) is a quietpatch.Informer,
+// and its entry's Keys maps each of its objects to the keys it affects:
+//
+//	configMaps, _ := mgr.GetCache().GetInformer(ctx, &corev1.ConfigMap{})
+//	opts.Config.Dependencies = []quietpatch.Dependency{{Informer: configMaps, Keys: widgetsOf}}
 //
 // # Clients
 //
 // The client's rate limiter is part of every patch's latency, and caps
-// throughput silently. On 2 cores, one status patch in flight against a real
-// kube-apiserver takes about 6.9 ms (≈ 144 patches/s), so the default
-// queue (Capacity 1,440 for a 10 s Interval) is sized for what one worker
-// absorbs in an interval. A client limited to 20 QPS (burst 30, what
-// controller-runtime set before it relied on API priority and fairness)
-// writes at most 200 patches in a 10 s interval; client-go's default of 5
-// QPS (burst 10), which applies to any rest.Config whose QPS is 0, at most
-// 50. A backlog larger than that — the first pass over thousands of
-// objects, a change of every status after an upgrade — then waits in the
-// queue for the limiter, expires (MaxAge) and is recomputed pass after
-// pass. ctrl.GetConfig disables the client-side limit (QPS −1) and the
-// manager's client inherits whatever its rest.Config says.
+// throughput silently. On 2 cores, one status patch in flight against a
+// real kube-apiserver takes about 6.9 ms (≈ 144 patches/s): one worker
+// absorbs about 1,440 patches in a 10 s Interval. A client limited to 20
+// QPS (burst 30, what controller-runtime set before it relied on API
+// priority and fairness) writes at most 200 patches in a 10 s interval;
+// client-go's default of 5 QPS (burst 10), which applies to any
+// rest.Config whose QPS is 0, at most 50. A backlog larger than that — the
+// first pass over thousands of objects, a change of every status after an
+// upgrade — then drains at the limiter's pace, however fast the API server
+// is, and the dispatcher's adaptive in-flight limit cannot see why.
+// ctrl.GetConfig disables the client-side limit (QPS −1) and the manager's
+// client inherits whatever its rest.Config says.
 //
 // [Add] therefore patches through a client of its own, made from the
 // manager's rest.Config without a client-side limit (Options.PatchQPS
 // sets one), sharing the manager's HTTP client, scheme and REST mapper:
-// the pipeline bounds its own calls in flight (Config.Workers), and the
+// the pipeline bounds its own calls in flight (Config.Workers, adaptive
+// by default), and the
 // API server's priority and fairness protects it. The Lease has a client of
 // its own too (LeaseQPS/LeaseBurst), so renewals never wait behind patches.
 //

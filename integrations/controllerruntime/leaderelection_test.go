@@ -17,6 +17,7 @@ import (
 	qpcr "github.com/quietpatch/quietpatch/integrations/controllerruntime"
 	examplev1 "github.com/quietpatch/quietpatch/integrations/controllerruntime/examples/widget/api/v1"
 	"github.com/quietpatch/quietpatch/leader"
+	"github.com/quietpatch/quietpatch/statuspatch"
 )
 
 // With the managers' own leader election on, the pipeline runs on the
@@ -53,9 +54,8 @@ func TestManagerLeaderElectionOn(t *testing.T) {
 		}
 		ctrl, err := qpcr.Add(ctx, mgr, &examplev1.Widget{}, newComputer(t), qpcr.Options{
 			Config: quietpatch.Config{
-				Name:     "widgets-le",
-				Interval: testInterval,
-				Lease:    leader.Config{Namespace: leaseNS, Name: "widget-status-le", Identity: identity, LeaseDuration: testLeaseDuration},
+				Options: statuspatch.Options{Name: "widgets-le", Interval: testInterval},
+				Lease:   leader.Config{Namespace: leaseNS, Name: "widget-status-le", Identity: identity, LeaseDuration: testLeaseDuration},
 			},
 			Registerer: prometheus.NewRegistry(), // two pipelines named alike in one process
 		})

@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/quietpatch/quietpatch"
 	"github.com/quietpatch/quietpatch/statuspatch/source"
 )
 
@@ -47,3 +48,6 @@ func NewSource[O client.Object](ctx context.Context, informers cache.Informers, 
 	}
 	return source.Informer[O](sii), nil
 }
+
+// An informer of the manager's cache is what a quietpatch.Dependency needs.
+var _ quietpatch.Informer = (cache.Informer)(nil)

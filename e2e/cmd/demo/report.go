@@ -198,7 +198,7 @@ var panels = []struct {
 	title, ylabel string
 	lines         []series
 }{
-	{"the leader's queue (leader: quietpatch_leader_is_leader = 1)", "patches waiting", []series{
+	{"the leader's queue (leader: quietpatch_leader_is_leader = 1)", "keys waiting", []series{
 		{"queue depth (sampled)", blue, false, func(p point) float64 { return p.depth }},
 		{"depth Peak-EWMA", orange, true, func(p point) float64 { return p.ewma }},
 	}},

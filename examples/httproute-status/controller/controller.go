@@ -27,6 +27,7 @@ import (
 
 	"github.com/quietpatch/quietpatch"
 	"github.com/quietpatch/quietpatch/examples/httproute-status/routestatus"
+	"github.com/quietpatch/quietpatch/statuspatch"
 	"github.com/quietpatch/quietpatch/statuspatch/conditions"
 	"github.com/quietpatch/quietpatch/statuspatch/source"
 )
@@ -109,38 +110,35 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 		return nil, err
 	}
 	// The pipeline: its Run waits for every informer, then competes for
-	// the lease; it enqueues the routes' own events.
+	// the lease; it enqueues the routes' own events, and those the events
+	// of their dependencies affect, found through the indexes.
+	on := routesOf{routes: routes.Informer().GetIndexer(), gateways: gateways.Informer().GetIndexer()}
 	c.pipeline, err = quietpatch.New(source.Informer[routeObject](routes.Informer()),
 		routeComputer{computer: computer, lookup: lookup, now: time.Now}, patcher,
 		quietpatch.Config{
-			Name:         Name,
-			Leases:       leases,
-			Lease:        opts.leaseConfig(),
-			Interval:     opts.ReconcileInterval,
-			Capacity:     opts.QueueCapacity,
-			Workers:      opts.Workers,
-			PatchTimeout: opts.PatchTimeout,
-			SyncTimeout:  opts.CacheSyncTimeout,
-			WaitFor: []cache.InformerSynced{services.Informer().HasSynced, gateways.Informer().HasSynced,
-				classes.Informer().HasSynced, grants.HasSynced, namespaces.Informer().HasSynced},
-			DiffOptions: []gocmp.Option{conditions.IgnoreTransitionTime(), conditions.SortByType()},
-			Logger:      opts.Logger,
-			Meter:       c.telemetry.provider.Meter(MeterName),
+			Options: statuspatch.Options{
+				Name:         Name,
+				Interval:     opts.ReconcileInterval,
+				Capacity:     opts.QueueCapacity,
+				Workers:      opts.Workers,
+				PatchTimeout: opts.PatchTimeout,
+				DiffOptions:  []gocmp.Option{conditions.IgnoreTransitionTime(), conditions.SortByType()},
+				Logger:       opts.Logger,
+				Meter:        c.telemetry.provider.Meter(MeterName),
+			},
+			Leases:      leases,
+			Lease:       opts.leaseConfig(),
+			SyncTimeout: opts.CacheSyncTimeout,
+			Dependencies: []quietpatch.Dependency{
+				{Informer: services.Informer(), Keys: on.by(indexService, objectName)},
+				{Informer: gateways.Informer(), Keys: on.by(indexGateway, objectName)},
+				{Informer: classes.Informer(), Keys: on.gatewayClass},
+				{Informer: grants, Keys: on.by(indexGrantNamespace, metav1.Object.GetNamespace)},
+				{Informer: namespaces.Informer(), Keys: on.by(cache.NamespaceIndex, metav1.Object.GetName)},
+			},
 		})
 	if err != nil {
 		return nil, fmt.Errorf("controller: %w", err)
-	}
-
-	// Events on what a route's status depends on enqueue the routes it can
-	// affect, found through the indexes.
-	e := &enqueuer{routes: routes.Informer().GetIndexer(), gateways: gateways.Informer().GetIndexer(), enqueue: c.pipeline.Enqueue}
-	for inf, on := range map[cache.SharedIndexInformer]func(metav1.Object){
-		services.Informer(): e.onService, gateways.Informer(): e.onGateway, classes.Informer(): e.onGatewayClass,
-		grants: e.onReferenceGrant, namespaces.Informer(): e.onNamespace,
-	} {
-		if _, err := inf.AddEventHandler(handler(on)); err != nil {
-			return nil, fmt.Errorf("controller: adding an event handler: %w", err)
-		}
 	}
 
 	// The pipeline logs the rest (interval, capacity, workers) once synced.

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
@@ -13,7 +12,7 @@ import (
 
 // Index names on the HTTPRoute and Gateway informers. An informer event on
 // an object a route refers to enqueues exactly the routes the index names
-// for it:
+// for it (routesOf):
 //
 //	event on            enqueues the routes                                       through
 //	HTTPRoute           itself (the pipeline's own handler)                       —
@@ -172,84 +171,45 @@ func dedup(s []string) []string {
 	return slices.Compact(s)
 }
 
-// enqueuer turns informer events into per-route reconciles.
-type enqueuer struct {
-	routes   cache.Indexer
-	gateways cache.Indexer
-	enqueue  func(types.NamespacedName)
-}
+// routesOf finds, through the informers' indexes, the routes an event of
+// a dependency can affect: the Keys of the pipeline's Dependencies
+// (quietpatch calls them with the object before and after an update,
+// tombstones unwrapped, and drops the duplicates).
+type routesOf struct{ routes, gateways cache.Indexer }
 
-// byIndex enqueues the routes that index name maps value to.
-func (e *enqueuer) byIndex(name, value string) {
-	objs, err := e.routes.ByIndex(name, value)
-	if err != nil {
-		return // unknown index: a programming error caught by the tests
-	}
-	for _, o := range objs {
-		if r, ok := o.(*gatewayv1.HTTPRoute); ok {
-			e.enqueue(types.NamespacedName{Namespace: r.Namespace, Name: r.Name})
+// by returns the Keys of a dependency whose object o affects the routes
+// the route index maps value(o) to.
+func (r routesOf) by(index string, value func(metav1.Object) string) func(any) []types.NamespacedName {
+	return func(obj any) []types.NamespacedName {
+		m, ok := obj.(metav1.Object)
+		if !ok {
+			return nil
 		}
-	}
-}
-
-// objectOf unwraps a tombstone.
-func objectOf(obj any) metav1.Object {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	m, _ := obj.(metav1.Object)
-	return m
-}
-
-// handler returns event handlers that call on for added and deleted
-// objects, and for updates that changed the object (a different
-// resourceVersion).
-func handler(on func(metav1.Object)) cache.ResourceEventHandlerFuncs {
-	call := func(obj any) {
-		if m := objectOf(obj); m != nil {
-			on(m)
-		}
-	}
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: call,
-		UpdateFunc: func(oldObj, newObj any) {
-			o, n := objectOf(oldObj), objectOf(newObj)
-			if o != nil && n != nil && o.GetResourceVersion() == n.GetResourceVersion() {
-				return
+		objs, _ := r.routes.ByIndex(index, value(m)) // an unknown index: a programming error the tests catch
+		keys := make([]types.NamespacedName, 0, len(objs))
+		for _, o := range objs {
+			if rt, ok := o.(*gatewayv1.HTTPRoute); ok {
+				keys = append(keys, types.NamespacedName{Namespace: rt.Namespace, Name: rt.Name})
 			}
-			call(newObj)
-		},
-		DeleteFunc: call,
-	}
-}
-
-func (e *enqueuer) onService(m metav1.Object) {
-	e.byIndex(indexService, nsName(m.GetNamespace(), m.GetName()))
-}
-
-func (e *enqueuer) onGateway(m metav1.Object) {
-	e.byIndex(indexGateway, nsName(m.GetNamespace(), m.GetName()))
-}
-
-func (e *enqueuer) onGatewayClass(m metav1.Object) {
-	gws, err := e.gateways.ByIndex(indexGatewayClass, m.GetName())
-	if err != nil {
-		return
-	}
-	for _, o := range gws {
-		if gw, ok := o.(*gatewayv1.Gateway); ok {
-			e.onGateway(gw)
 		}
+		return keys
 	}
 }
 
-func (e *enqueuer) onReferenceGrant(m metav1.Object) {
-	e.byIndex(indexGrantNamespace, m.GetNamespace())
+// gatewayClass is the Keys of GatewayClasses: the routes of every Gateway
+// of the class.
+func (r routesOf) gatewayClass(obj any) []types.NamespacedName {
+	m, ok := obj.(metav1.Object)
+	if !ok {
+		return nil
+	}
+	gws, _ := r.gateways.ByIndex(indexGatewayClass, m.GetName())
+	var keys []types.NamespacedName
+	for _, gw := range gws {
+		keys = append(keys, r.by(indexGateway, objectName)(gw)...)
+	}
+	return keys
 }
 
-func (e *enqueuer) onNamespace(m metav1.Object) {
-	if _, ok := m.(*corev1.Namespace); !ok {
-		return
-	}
-	e.byIndex(cache.NamespaceIndex, m.GetName())
-}
+// objectName is the index value of a namespaced object: "namespace/name".
+func objectName(m metav1.Object) string { return nsName(m.GetNamespace(), m.GetName()) }

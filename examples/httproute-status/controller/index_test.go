@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -110,9 +111,9 @@ func TestRouteIndexes(t *testing.T) {
 	}
 }
 
-// TestEnqueuer: each kind of event enqueues the routes it can affect, found
-// through the informers' indexes.
-func TestEnqueuer(t *testing.T) {
+// TestRoutesOf: each kind of event maps to the routes it can affect,
+// found through the informers' indexes.
+func TestRoutesOf(t *testing.T) {
 	routes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	if err := routes.AddIndexers(routeIndexers()); err != nil {
 		t.Fatal(err)
@@ -122,18 +123,19 @@ func TestEnqueuer(t *testing.T) {
 		return &gatewayv1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 			Spec: gatewayv1.GatewaySpec{GatewayClassName: gatewayv1.ObjectName(class)}}
 	}
-	for _, g := range []*gatewayv1.Gateway{gw("infra", "gw", "ours"), gw("infra", "other", "theirs")} {
+	for _, g := range []*gatewayv1.Gateway{gw("infra", "gw", "ours"), gw("infra", "other", "theirs"), gw("infra", "gw2", "ours")} {
 		if err := gateways.Add(g); err != nil {
 			t.Fatal(err)
 		}
 	}
 	toGW := gatewayv1.ParentReference{Name: "gw", Namespace: ptr(gatewayv1.Namespace("infra"))}
+	toGW2 := gatewayv1.ParentReference{Name: "gw2", Namespace: ptr(gatewayv1.Namespace("infra"))}
 	toOther := gatewayv1.ParentReference{Name: "other", Namespace: ptr(gatewayv1.Namespace("infra"))}
 	remote := gatewayv1.BackendObjectReference{Name: "shared", Namespace: ptr(gatewayv1.Namespace("backends"))}
 	for _, r := range []*gatewayv1.HTTPRoute{
 		testRoute("r1", []gatewayv1.ParentReference{toGW}, gatewayv1.BackendObjectReference{Name: "svc"}),
 		testRoute("r2", []gatewayv1.ParentReference{toOther}, remote),
-		testRoute("r3", []gatewayv1.ParentReference{toGW}, remote),
+		testRoute("r3", []gatewayv1.ParentReference{toGW, toGW2}, remote),
 	} {
 		if err := routes.Add(r); err != nil {
 			t.Fatal(err)
@@ -145,56 +147,37 @@ func TestEnqueuer(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var got []string
-	e := &enqueuer{routes: routes, gateways: gateways, enqueue: func(k types.NamespacedName) { got = append(got, k.String()) }}
+	on := routesOf{routes: routes, gateways: gateways}
 	meta := func(ns, name string) metav1.ObjectMeta { return metav1.ObjectMeta{Namespace: ns, Name: name} }
 	tests := []struct {
-		name  string
-		event func()
-		want  []string
+		name string
+		keys func(any) []types.NamespacedName
+		obj  any
+		want []string // sorted, duplicates kept (quietpatch drops them)
 	}{
-		{"backend Service", func() { e.onService(&corev1.Service{ObjectMeta: meta("apps", "svc")}) }, []string{"apps/r1"}},
-		{"shared Service", func() { e.onService(&corev1.Service{ObjectMeta: meta("backends", "shared")}) }, []string{"apps/r2", "apps/r3"}},
-		{"unrelated Service", func() { e.onService(&corev1.Service{ObjectMeta: meta("apps", "nobody")}) }, nil},
-		{"Gateway", func() { e.onGateway(gw("infra", "gw", "ours")) }, []string{"apps/r1", "apps/r3"}},
-		{"GatewayClass", func() {
-			e.onGatewayClass(&gatewayv1.GatewayClass{ObjectMeta: metav1.ObjectMeta{Name: "theirs"}})
-		}, []string{"apps/r2"}},
-		{"ReferenceGrant", func() {
-			e.onReferenceGrant(&gatewayv1.ReferenceGrant{ObjectMeta: meta("backends", "grant")})
-		}, []string{"apps/r2", "apps/r3"}},
-		{"ReferenceGrant elsewhere", func() {
-			e.onReferenceGrant(&gatewayv1.ReferenceGrant{ObjectMeta: meta("apps", "grant")})
-		}, nil},
-		{"Namespace", func() { e.onNamespace(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "apps"}}) }, []string{"apps/r1", "apps/r2", "apps/r3"}},
+		{"backend Service", on.by(indexService, objectName), &corev1.Service{ObjectMeta: meta("apps", "svc")}, []string{"apps/r1"}},
+		{"shared Service", on.by(indexService, objectName), &corev1.Service{ObjectMeta: meta("backends", "shared")}, []string{"apps/r2", "apps/r3"}},
+		{"unrelated Service", on.by(indexService, objectName), &corev1.Service{ObjectMeta: meta("apps", "nobody")}, nil},
+		{"Gateway", on.by(indexGateway, objectName), gw("infra", "gw", "ours"), []string{"apps/r1", "apps/r3"}},
+		{"GatewayClass: the routes of each of its Gateways", on.gatewayClass,
+			&gatewayv1.GatewayClass{ObjectMeta: metav1.ObjectMeta{Name: "ours"}}, []string{"apps/r1", "apps/r3", "apps/r3"}},
+		{"another GatewayClass", on.gatewayClass, &gatewayv1.GatewayClass{ObjectMeta: metav1.ObjectMeta{Name: "theirs"}}, []string{"apps/r2"}},
+		{"ReferenceGrant v1", on.by(indexGrantNamespace, metav1.Object.GetNamespace), &gatewayv1.ReferenceGrant{ObjectMeta: meta("backends", "grant")}, []string{"apps/r2", "apps/r3"}},
+		{"ReferenceGrant v1beta1", on.by(indexGrantNamespace, metav1.Object.GetNamespace), &gatewayv1beta1.ReferenceGrant{ObjectMeta: meta("backends", "grant")}, []string{"apps/r2", "apps/r3"}},
+		{"ReferenceGrant elsewhere", on.by(indexGrantNamespace, metav1.Object.GetNamespace), &gatewayv1.ReferenceGrant{ObjectMeta: meta("apps", "grant")}, nil},
+		{"Namespace", on.by(cache.NamespaceIndex, metav1.Object.GetName), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "apps"}}, []string{"apps/r1", "apps/r2", "apps/r3"}},
+		{"not an object", on.by(indexGrantNamespace, metav1.Object.GetNamespace), "nope", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got = nil
-			tt.event()
+			var got []string
+			for _, k := range tt.keys(tt.obj) {
+				got = append(got, k.String())
+			}
 			sort.Strings(got)
 			if !slices.Equal(got, tt.want) {
-				t.Errorf("enqueued %q, want %q", got, tt.want)
+				t.Errorf("keys %q, want %q", got, tt.want)
 			}
 		})
-	}
-}
-
-// TestHandler: updates that did not change the object are ignored;
-// tombstones are unwrapped.
-func TestHandler(t *testing.T) {
-	var got []string
-	h := handler(func(m metav1.Object) { got = append(got, m.GetName()+"@"+m.GetResourceVersion()) })
-	svc := func(rv string) *corev1.Service {
-		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s", ResourceVersion: rv}}
-	}
-	h.OnAdd(svc("1"), true)
-	h.OnUpdate(svc("1"), svc("1")) // resync: ignored
-	h.OnUpdate(svc("1"), svc("2"))
-	h.OnDelete(cache.DeletedFinalStateUnknown{Key: "ns/s", Obj: svc("3")})
-	h.OnDelete("not an object")
-	want := []string{"s@1", "s@2", "s@3"}
-	if !slices.Equal(got, want) {
-		t.Errorf("handled %q, want %q", got, want)
 	}
 }

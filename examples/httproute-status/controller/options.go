@@ -17,6 +17,7 @@ import (
 	"github.com/quietpatch/quietpatch"
 	"github.com/quietpatch/quietpatch/examples/httproute-status/routestatus"
 	"github.com/quietpatch/quietpatch/leader"
+	"github.com/quietpatch/quietpatch/statuspatch"
 )
 
 // Defaults applied to zero fields of [Options]. The command's flags show the
@@ -29,9 +30,11 @@ const (
 	// DefaultFieldManager is the default Options.FieldManager.
 	DefaultFieldManager = "quietpatch-httproute-status"
 	// DefaultReconcileInterval is the default Options.ReconcileInterval.
-	DefaultReconcileInterval = quietpatch.DefaultInterval
+	DefaultReconcileInterval = statuspatch.DefaultInterval
 	// DefaultPatchTimeout is the default Options.PatchTimeout.
-	DefaultPatchTimeout = 5 * time.Second
+	DefaultPatchTimeout = statuspatch.DefaultPatchTimeout
+	// DefaultQueueCapacity is what a zero Options.QueueCapacity means.
+	DefaultQueueCapacity = statuspatch.DefaultCapacity
 	// DefaultKubeQPS is the default Options.KubeQPS: negative, no
 	// client-side rate limit on the status and informer client.
 	DefaultKubeQPS = -1
@@ -44,9 +47,9 @@ const (
 	DefaultCacheSyncTimeout = quietpatch.DefaultSyncTimeout
 	// MaxWorkers bounds Options.Workers (the dispatcher's own limit).
 	MaxWorkers = 1024
-	// MaxQueueCapacity bounds Options.QueueCapacity: far above what any API
-	// server absorbs in an interval, low enough that a typo cannot reserve
-	// gigabytes.
+	// MaxQueueCapacity bounds Options.QueueCapacity: far above the routes
+	// of any cluster. (A lane never holds more keys than there are routes:
+	// its memory follows the keys waiting, not the capacity.)
 	MaxQueueCapacity = 10_000_000
 )
 
@@ -151,13 +154,13 @@ type Options struct {
 
 	// ReconcileInterval is the time between full reconcile passes while
 	// leader (--reconcile-interval). Default 10s; must not be negative.
-	// Queued patches older than twice the interval are dropped at dequeue
-	// (reason expired): the passes since have recomputed them.
 	ReconcileInterval time.Duration
 
-	// QueueCapacity is the number of patches the queue holds
-	// (--queue-capacity). Zero: automatic, the library's default
-	// (quietpatch.Config.Capacity). At most MaxQueueCapacity.
+	// QueueCapacity is the number of route keys each lane of the queue
+	// holds (--queue-capacity): a pass that finds more changed routes
+	// halts and the next resumes where it stopped. Zero:
+	// DefaultQueueCapacity (statuspatch.DefaultCapacity). At most
+	// MaxQueueCapacity.
 	QueueCapacity int
 
 	// PatchTimeout bounds every status patch (--patch-timeout); the
@@ -166,8 +169,9 @@ type Options struct {
 	PatchTimeout time.Duration
 
 	// Workers is the number of status patches in flight at most
-	// (--workers). Zero: automatic, the library's default
-	// (quietpatch.Config.Workers). At most MaxWorkers.
+	// (--workers). Zero: automatic, the library adapts the limit to the
+	// API server's latency (statuspatch.Options.Workers). At most
+	// MaxWorkers.
 	Workers int
 
 	// KubeQPS and KubeBurst configure the client-side rate limiter of the
@@ -259,7 +263,7 @@ func (o Options) Complete() (Options, error) {
 	case o.Workers < 0 || o.Workers > MaxWorkers:
 		return o, optErr("Workers", o.Workers, "must be between 0 (automatic) and %d", MaxWorkers)
 	case o.QueueCapacity < 0 || o.QueueCapacity > MaxQueueCapacity:
-		return o, optErr("QueueCapacity", o.QueueCapacity, "must be between 0 (automatic) and %d", MaxQueueCapacity)
+		return o, optErr("QueueCapacity", o.QueueCapacity, "must be between 0 (meaning %d) and %d", DefaultQueueCapacity, MaxQueueCapacity)
 	case o.KubeBurst < 0:
 		return o, optErr("KubeBurst", o.KubeBurst, "must not be negative")
 	case len(o.FieldManager) > 128:

@@ -108,31 +108,25 @@ func BenchmarkRoutePass(b *testing.B) {
 	claim := leader.Claim{Holder: "pass-bench", Expiry: time.Now().Add(time.Hour), Epoch: 1}
 
 	reconciler := func(b *testing.B, equal func(a, b gatewayv1.HTTPRouteStatus) bool) *statuspatch.Reconciler[*gatewayv1.HTTPRoute, gatewayv1.HTTPRouteStatus, statuspatch.MergePatch] {
-		q, err := statuspatch.NewPatchQueue(statuspatch.QueueConfig[statuspatch.Patch[statuspatch.MergePatch]]{
-			Capacity: 1000, Key: statuspatch.PatchKey[statuspatch.MergePatch],
-		})
+		q, err := statuspatch.NewPatchQueue[types.NamespacedName](statuspatch.Options{Capacity: 1000})
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(q.Close)
-		r, err := statuspatch.NewReconciler(statuspatch.ReconcilerConfig[*gatewayv1.HTTPRoute, gatewayv1.HTTPRouteStatus, statuspatch.MergePatch]{
-			Source: passSource{routes: set.Routes},
-			Computer: statuspatch.ComputerFuncs[*gatewayv1.HTTPRoute, gatewayv1.HTTPRouteStatus, statuspatch.MergePatch]{
-				KeyFunc: func(r *gatewayv1.HTTPRoute) types.NamespacedName {
-					return types.NamespacedName{Namespace: r.Namespace, Name: r.Name}
-				},
-				CurrentFunc: func(r *gatewayv1.HTTPRoute) gatewayv1.HTTPRouteStatus { return r.Status },
-				DesiredFunc: func(r *gatewayv1.HTTPRoute) (gatewayv1.HTTPRouteStatus, error) {
-					return computer.Compute(r, lk, now), nil
-				},
-				EqualFunc: equal,
-				PatchFunc: func(r *gatewayv1.HTTPRoute, desired gatewayv1.HTTPRouteStatus) (statuspatch.MergePatch, error) {
-					return statuspatch.NewMergePatch(r, desired)
-				},
+		comp := statuspatch.ComputerFuncs[*gatewayv1.HTTPRoute, gatewayv1.HTTPRouteStatus, statuspatch.MergePatch]{
+			KeyFunc: func(r *gatewayv1.HTTPRoute) types.NamespacedName {
+				return types.NamespacedName{Namespace: r.Namespace, Name: r.Name}
 			},
-			Queue:  q,
-			Leader: passLeader{claim: claim},
-		})
+			CurrentFunc: func(r *gatewayv1.HTTPRoute) gatewayv1.HTTPRouteStatus { return r.Status },
+			DesiredFunc: func(r *gatewayv1.HTTPRoute) (gatewayv1.HTTPRouteStatus, error) {
+				return computer.Compute(r, lk, now), nil
+			},
+			EqualFunc: equal,
+			PatchFunc: func(r *gatewayv1.HTTPRoute, desired gatewayv1.HTTPRouteStatus) (statuspatch.MergePatch, error) {
+				return statuspatch.NewMergePatch(r, desired)
+			},
+		}
+		r, err := statuspatch.NewReconciler(passSource{routes: set.Routes}, comp, q, passLeader{claim: claim}, statuspatch.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}
