@@ -358,7 +358,7 @@ type controllerRun struct {
 }
 
 // runController is the library's storm: quietpatch.New, as a user would
-// build it, with its defaults (capacity statuspatch.DefaultCapacity,
+// build it, with its defaults (capacity 50,000,
 // Interval 10 s) and run.workers, over the storm routes' informer; the
 // status writer's patcher from NewStatusPatcherForConfig; a Dependency on
 // the Gateways maps the storm Gateway to every storm route, as the
@@ -553,7 +553,7 @@ func BenchmarkStorm(b *testing.B) {
 		frac := func(v int64) float64 { return float64(v) / float64(n) }
 		b.ReportMetric(res.routesPerSecond(n), "routes/s")
 		b.ReportMetric(frac(st.Queue.Coalesced), "superseded/N")
-		b.ReportMetric(frac(st.Dispatcher.Dropped[statuspatch.DropUnchanged]), "unchanged/N")
+		b.ReportMetric(frac(st.Dispatcher.Dropped["unchanged"]), "unchanged/N")
 		b.ReportMetric(frac(res.patches-int64(n)), "extra/N")
 		var lim limitSampler
 		for _, smp := range res.samples {
