@@ -2,15 +2,25 @@
 // controller-runtime (kubebuilder) manager.Manager: one call, [Add], builds
 // it from the manager's cache, client, probes and metrics registry.
 //
-//	mgr, _ := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{Scheme: scheme})
-//	computer, _ := conditions.New(conditions.Config[*v1.Widget]{Conditions: readyCondition})
-//	_, err := controllerruntime.Add(ctx, mgr, &v1.Widget{}, computer, controllerruntime.Options{
-//		Config: quietpatch.Config{
-//			Options: statuspatch.Options{Name: "widgets"},
-//			Lease:   leader.Config{Namespace: "widget-system", Name: "widget-status"},
-//		},
-//	})
-//	mgr.Start(ctx)
+//	func run(ctx context.Context, scheme *runtime.Scheme, readyCondition func(*v1.Widget) ([]metav1.Condition, error)) error {
+//		mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{Scheme: scheme})
+//		if err != nil {
+//			return err
+//		}
+//		computer, err := conditions.New(conditions.Config[*v1.Widget]{Conditions: readyCondition})
+//		if err != nil {
+//			return err
+//		}
+//		if _, err := controllerruntime.Add(ctx, mgr, &v1.Widget{}, computer, controllerruntime.Options{
+//			Config: quietpatch.Config{
+//				Options: statuspatch.Options{Name: "widgets"},
+//				Lease:   leader.Config{Namespace: "widget-system", Name: "widget-status"},
+//			},
+//		}); err != nil {
+//			return err
+//		}
+//		return mgr.Start(ctx) // the pipeline stops in the safe order before the caches
+//	}
 //
 // The parts are public for those who assemble the pipeline themselves
 // (say, with a Patcher of another payload type): [NewSource], [NewStatusPatcher],
@@ -83,8 +93,14 @@
 // manager's cache (mgr.GetCache().GetInformer) is a quietpatch.Informer,
 // and its entry's Keys maps each of its objects to the keys it affects:
 //
-//	configMaps, _ := mgr.GetCache().GetInformer(ctx, &corev1.ConfigMap{})
-//	opts.Config.Dependencies = []quietpatch.Dependency{{Informer: configMaps, Keys: widgetsOf}}
+//	func withPolicy(ctx context.Context, mgr manager.Manager, opts *controllerruntime.Options, widgetsOf func(any) []types.NamespacedName) error {
+//		configMaps, err := mgr.GetCache().GetInformer(ctx, &corev1.ConfigMap{})
+//		if err != nil {
+//			return err
+//		}
+//		opts.Config.Dependencies = append(opts.Config.Dependencies, quietpatch.Dependency{Informer: configMaps, Keys: widgetsOf})
+//		return nil
+//	}
 //
 // # Clients
 //

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 )
@@ -31,6 +30,7 @@ var snippetImports = map[string]string{
 	"time":              "time",
 	"http":              "net/http",
 	"metav1":            "k8s.io/apimachinery/pkg/apis/meta/v1",
+	"corev1":            "k8s.io/api/core/v1",
 	"schema":            "k8s.io/apimachinery/pkg/runtime/schema",
 	"types":             "k8s.io/apimachinery/pkg/types",
 	"dynamic":           "k8s.io/client-go/dynamic",
@@ -103,10 +103,14 @@ func TestSnippetsCompile(t *testing.T) {
 	write(t, filepath.Join(dir, "go.mod"), mod)
 	sum, _ := os.ReadFile("../go.sum")
 	write(t, filepath.Join(dir, "go.sum"), string(sum))
-	write(t, filepath.Join(dir, "prelude.go"), "package snippets\n\nimport metav1 \"k8s.io/apimachinery/pkg/apis/meta/v1\"\n"+snippetPrelude)
-	for i, s := range snips {
-		write(t, filepath.Join(dir, fmt.Sprintf("s%02d.go", i)),
-			fmt.Sprintf("// %s\n\npackage snippets\n\n%s\n%s\n", s.where, imports(s.code), s.code))
+	for i, s := range snips { // a package each: snippets may share names
+		pkg := fmt.Sprintf("s%02d", i)
+		if err := os.Mkdir(filepath.Join(dir, pkg), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		write(t, filepath.Join(dir, pkg, "prelude.go"), "package "+pkg+"\n\nimport metav1 \"k8s.io/apimachinery/pkg/apis/meta/v1\"\n"+snippetPrelude)
+		write(t, filepath.Join(dir, pkg, pkg+".go"),
+			fmt.Sprintf("// %s\n\npackage %s\n\n%s\n%s\n", s.where, pkg, imports(t, s), s.code))
 	}
 	cmd := exec.Command("go", "build", "./...")
 	cmd.Dir = dir
@@ -124,17 +128,21 @@ func write(t *testing.T, path, s string) {
 	}
 }
 
-var selector = regexp.MustCompile(`\b([a-z][a-z0-9]*)\.[A-Z]`)
-
-// imports returns the import block for the package names code uses.
-func imports(code string) string {
+// imports returns the import block for the packages s uses: the names it
+// leaves unresolved (not declared in it, comments aside) that
+// snippetImports knows.
+func imports(t *testing.T, s snippet) string {
+	f, err := parser.ParseFile(token.NewFileSet(), s.where, "package p\n"+s.code, 0)
+	if err != nil {
+		t.Fatalf("%s: the snippet does not parse: %v\n%s", s.where, err, s.code)
+	}
 	seen := map[string]bool{}
 	var b strings.Builder
 	b.WriteString("import (\n")
-	for _, m := range selector.FindAllStringSubmatch(code, -1) {
-		if p, ok := snippetImports[m[1]]; ok && !seen[m[1]] {
-			seen[m[1]] = true
-			fmt.Fprintf(&b, "\t%s %q\n", m[1], p)
+	for _, id := range f.Unresolved {
+		if p, ok := snippetImports[id.Name]; ok && !seen[id.Name] {
+			seen[id.Name] = true
+			fmt.Fprintf(&b, "\t%s %q\n", id.Name, p)
 		}
 	}
 	b.WriteString(")\n")
