@@ -16,7 +16,7 @@ import (
 // compile, relative to the repository's root.
 var snippetPackages = []string{
 	".", "leader", "ewma", "statuspatch", "statuspatch/conditions", "statuspatch/source",
-	"statuspatch/outcome", "integrations/controllerruntime",
+	"statuspatch/outcome", "integrations/controllerruntime", "integrations/otelprom",
 }
 
 // snippetImports maps the package names snippets use to import paths.
@@ -48,6 +48,9 @@ var snippetImports = map[string]string{
 	"outcome":           "github.com/quietpatch/quietpatch/statuspatch/outcome",
 	"controllerruntime": "github.com/quietpatch/quietpatch/integrations/controllerruntime",
 	"v1":                "github.com/quietpatch/quietpatch/integrations/controllerruntime/examples/widget/api/v1",
+	"otelprom":          "github.com/quietpatch/quietpatch/integrations/otelprom",
+	"prometheus":        "github.com/prometheus/client_golang/prometheus",
+	"promhttp":          "github.com/prometheus/client_golang/prometheus/promhttp",
 }
 
 // snippetPrelude declares what the docs' snippets may name without
@@ -98,8 +101,8 @@ func TestSnippetsCompile(t *testing.T) {
 	}
 	mod := strings.Replace(string(gomod), "module github.com/quietpatch/quietpatch/integrations/controllerruntime", "module snippets", 1)
 	mod = strings.Replace(mod, "replace github.com/quietpatch/quietpatch => ../..",
-		fmt.Sprintf("replace github.com/quietpatch/quietpatch => %s\n\nreplace github.com/quietpatch/quietpatch/integrations/controllerruntime => %s\n\nrequire github.com/quietpatch/quietpatch/integrations/controllerruntime v0.0.0-00010101000000-000000000000\n",
-			root, filepath.Join(root, "integrations/controllerruntime")), 1)
+		fmt.Sprintf("replace github.com/quietpatch/quietpatch => %s\n\nreplace github.com/quietpatch/quietpatch/integrations/controllerruntime => %s\n\nrequire github.com/quietpatch/quietpatch/integrations/controllerruntime v0.0.0-00010101000000-000000000000\n\nreplace github.com/quietpatch/quietpatch/integrations/otelprom => %s\n\nrequire github.com/quietpatch/quietpatch/integrations/otelprom v0.0.0-00010101000000-000000000000\n",
+			root, filepath.Join(root, "integrations/controllerruntime"), filepath.Join(root, "integrations/otelprom")), 1)
 	write(t, filepath.Join(dir, "go.mod"), mod)
 	sum, _ := os.ReadFile("../go.sum")
 	write(t, filepath.Join(dir, "go.sum"), string(sum))
