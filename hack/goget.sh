@@ -4,7 +4,7 @@
 #
 # It publishes this checkout's two modules, github.com/quietpatch/quietpatch
 # and github.com/quietpatch/quietpatch/integrations/controllerruntime, at a
-# fake version ($QP_GOGET_VERSION, default v0.99.0-ci.1) into a module proxy
+# fake version ($QP_GOGET_VERSION, default v0.99.0-ci.<unix time>) into a module proxy
 # on disk (hack/modzip: the .info, .mod, .zip and list files, the zip made
 # with golang.org/x/mod/zip from what a tag would carry). The integration's
 # go.mod in that release requires the root at the fake version and has no
@@ -53,7 +53,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
-version="${QP_GOGET_VERSION:-v0.99.0-ci.1}"
+# A version of its own each run: the go command indexes a module version's
+# files once (in GOCACHE) and never looks again, so a version reused with
+# other files would build the files of an earlier run.
+version="${QP_GOGET_VERSION:-v0.99.0-ci.$(date +%s)}"
 break_mode="${QP_GOGET_BREAK:-}"
 case "$break_mode" in
   "" | identifier | require) ;;
