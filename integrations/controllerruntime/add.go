@@ -96,8 +96,9 @@ type Options struct {
 // In one call, Add:
 //
 //   - builds the Source over the manager's informer for obj's type
-//     ([NewSource]: the informer's own objects, no deep copies), on which
-//     quietpatch.New registers the handler that enqueues every change;
+//     ([NewSource]: the cache's own objects, no deep copies, whatever the
+//     cache's namespaces and selectors), on which quietpatch.New registers
+//     the handler that enqueues every change;
 //   - builds the Patcher (Options.Patcher, else statuspatch's REST
 //     patcher over a client of its own — see Options.PatchQPS);
 //   - builds the pipeline with quietpatch.New (claimer of its own Lease,
