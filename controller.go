@@ -123,10 +123,12 @@ type Controller[O, S, P any] struct {
 // computes and patcher writes, and starts nothing. It rejects an invalid
 // cfg with a [*ConfigError] naming the field.
 //
-// Events: when src has an informer (statuspatch/source.Informer), New
-// registers a handler that enqueues every object added, updated or
-// deleted; with any other Source (an Indexer, a lister) call Enqueue from
-// your handlers. Config.Dependencies wires the other resources.
+// Events: when src has an informer (statuspatch/source.Informer), or is
+// itself an [Informer] (AddEventHandler and HasSynced, as the Source of
+// the controller-runtime integration), New registers a handler that
+// enqueues every object added, updated or deleted; with any other Source
+// (an Indexer, a lister) call Enqueue from your handlers.
+// Config.Dependencies wires the other resources.
 func New[O, S, P any](src statuspatch.Source[O], comp statuspatch.StatusComputer[O, S, P], patcher statuspatch.Patcher[P], cfg Config) (*Controller[O, S, P], error) {
 	cfg, err := cfg.complete()
 	if err != nil {
@@ -155,10 +157,16 @@ func New[O, S, P any](src statuspatch.Source[O], comp statuspatch.StatusComputer
 	if s, ok := src.(interface{ HasSynced() bool }); ok {
 		c.synced = append(c.synced, s.HasSynced)
 	}
+	var events Informer
 	if s, ok := src.(interface {
 		Informer() cache.SharedIndexInformer
 	}); ok && s.Informer() != nil {
-		if _, err := s.Informer().AddEventHandler(source.EnqueueHandler(func(k types.NamespacedName) { c.Enqueue(k) })); err != nil {
+		events = s.Informer()
+	} else if s, ok := src.(Informer); ok {
+		events = s
+	}
+	if events != nil {
+		if _, err := events.AddEventHandler(source.EnqueueHandler(func(k types.NamespacedName) { c.Enqueue(k) })); err != nil {
 			return nil, fmt.Errorf("quietpatch: registering the event handler on the Source's informer: %w", err)
 		}
 	}

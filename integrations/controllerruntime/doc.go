@@ -81,17 +81,38 @@
 //
 // # Cache
 //
-// [NewSource] reads the manager's informer through the client-go indexer
-// behind it: List and Get return the cache's own objects, with no deep
-// copy per object and pass (the manager's client.Reader copies each object
-// it returns), so the StatusComputer must not modify them. A cache
-// restricted to several namespaces (cache.Options.DefaultNamespaces with
-// more than one entry) has no single indexer: [NewSource] then fails with
-// [ErrNoIndexer]. Changes of the resource are enqueued by the handler
-// quietpatch.New registers on the informer. The resources a status depends
-// on are declared in Options.Config.Dependencies: an informer of the
-// manager's cache (mgr.GetCache().GetInformer) is a quietpatch.Informer,
-// and its entry's Keys maps each of its objects to the keys it affects:
+// [Add] and [NewSource] work with every cache controller-runtime builds
+// from manager.Options.Cache (cache.Options): all namespaces; one or
+// several namespaces (DefaultNamespaces, ByObject[obj].Namespaces, with
+// cache.AllNamespaces among them or not, each namespace with selectors of
+// its own or not); a label or field selector (DefaultLabelSelector,
+// DefaultFieldSelector, ByObject[obj].Label and Field); and any mix of
+// these. The pipeline sees exactly the objects the cache holds — those the
+// cache's client.Reader lists — and writes no others: an object outside
+// the cache's view is neither reconciled nor patched.
+//
+// What the cache hands out differs, and [NewSource] reads each as it is:
+//
+//   - a cache of all namespaces, with or without selectors, hands out a
+//     client-go SharedIndexInformer: List and Get read its indexer;
+//   - a cache restricted to namespaces (and, when DefaultNamespaces is
+//     set, the cache of cluster-scoped objects too) hands out
+//     controller-runtime's multi-namespace informer, one informer per
+//     namespace behind an Informer without a store to read: the Source
+//     then keeps an index of the keys of the objects those informers
+//     store, filled by one event handler (about 85 bytes per object), and
+//     lists their union, each object once.
+//
+// Either way List and Get return the cache's own objects, with no deep copy
+// per object and pass (the manager's client.Reader copies each object it
+// returns), so the StatusComputer must not modify them. Changes of the
+// resource are enqueued by the handler quietpatch.New registers on the
+// Source (Source.AddEventHandler), which sees each event only once List
+// and Get do. The resources a status depends on are declared in
+// Options.Config.Dependencies: an informer of the manager's cache
+// (mgr.GetCache().GetInformer) is a quietpatch.Informer, whatever the
+// cache's configuration, and its entry's Keys maps each of its objects to
+// the keys it affects:
 //
 //	func withPolicy(ctx context.Context, mgr manager.Manager, opts *controllerruntime.Options, widgetsOf func(any) []types.NamespacedName) error {
 //		configMaps, err := mgr.GetCache().GetInformer(ctx, &corev1.ConfigMap{})
