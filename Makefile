@@ -2,8 +2,11 @@
 #
 #   make demo    the HTTPRoute status controller on a real local control plane;
 #                leaves a report in .cache/demo/ (demo-metrics.svg)
-#   make test    lint, unit tests (-race), the envtest suite of the
-#                controller-runtime integration and the end-to-end suite
+#   make test    lint, unit tests (-race), make goget, the envtest suite of
+#                the controller-runtime integration and the end-to-end suite
+#   make goget   `go get` of both modules, published from the checkout at a
+#                fake version into a module proxy on disk, by a scratch
+#                consumer: go mod tidy, go build, go vet (hack/goget.sh)
 #   make envtest the controller-runtime integration's tests (envtest on the
 #                real kube-apiserver and etcd of `make bins`)
 #   make generate  controller-gen (sigs.k8s.io/controller-tools) for the
@@ -17,7 +20,7 @@
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 GO ?= go
-MODULES := . examples e2e e2e/tools integrations/controllerruntime
+MODULES := . examples e2e e2e/tools integrations/controllerruntime integrations/otelprom hack/modzip
 # Modules whose tests need kube-apiserver and etcd (`make bins`): run by
 # their own targets, not by `unit`.
 BINS_MODULES := e2e integrations/controllerruntime
@@ -32,7 +35,7 @@ ifneq ($(strip $(KUBEBUILDER_ASSETS)),)
 export KUBEBUILDER_ASSETS := $(abspath $(KUBEBUILDER_ASSETS))
 endif
 
-.PHONY: all test unit envtest generate e2e bench lint bins tools monitoring demo cluster fuzz
+.PHONY: all test unit goget envtest generate e2e bench lint bins tools monitoring demo cluster fuzz
 
 all: test
 
@@ -64,6 +67,13 @@ unit:
 	  (cd $$m && $(GO) test -race -count=1 -timeout 15m ./...); \
 	done
 
+# A consumer's `go get` of the library and of its controller-runtime
+# integration at a release made from the checkout (hack/goget.sh): module
+# zips in a proxy on disk, the real module proxy for everything else. About
+# a minute or less with a warm module cache.
+goget:
+	bash hack/goget.sh
+
 # controller-runtime's envtest.Environment on the binaries of `make bins`
 # (or $$KUBEBUILDER_ASSETS): about a minute with -race on 2 cores.
 envtest: bins
@@ -80,7 +90,7 @@ generate:
 e2e: bins tools
 	cd e2e && $(GO) test -count=1 -timeout 60m -p 1 ./...
 
-test: lint unit $(if $(filter integrations/controllerruntime,$(PRESENT)),envtest) $(if $(filter e2e,$(PRESENT)),monitoring e2e)
+test: lint unit goget $(if $(filter integrations/controllerruntime,$(PRESENT)),envtest) $(if $(filter e2e,$(PRESENT)),monitoring e2e)
 
 bench:
 	bash hack/bench.sh

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -122,10 +123,12 @@ type Controller[O, S, P any] struct {
 // computes and patcher writes, and starts nothing. It rejects an invalid
 // cfg with a [*ConfigError] naming the field.
 //
-// Events: when src has an informer (statuspatch/source.Informer), New
-// registers a handler that enqueues every object added, updated or
-// deleted; with any other Source (an Indexer, a lister) call Enqueue from
-// your handlers. Config.Dependencies wires the other resources.
+// Events: when src has an informer (statuspatch/source.Informer), or is
+// itself an [Informer] (AddEventHandler and HasSynced, as the Source of
+// the controller-runtime integration), New registers a handler that
+// enqueues every object added, updated or deleted; with any other Source
+// (an Indexer, a lister) call Enqueue from your handlers.
+// Config.Dependencies wires the other resources.
 func New[O, S, P any](src statuspatch.Source[O], comp statuspatch.StatusComputer[O, S, P], patcher statuspatch.Patcher[P], cfg Config) (*Controller[O, S, P], error) {
 	cfg, err := cfg.complete()
 	if err != nil {
@@ -154,10 +157,16 @@ func New[O, S, P any](src statuspatch.Source[O], comp statuspatch.StatusComputer
 	if s, ok := src.(interface{ HasSynced() bool }); ok {
 		c.synced = append(c.synced, s.HasSynced)
 	}
+	var events Informer
 	if s, ok := src.(interface {
 		Informer() cache.SharedIndexInformer
 	}); ok && s.Informer() != nil {
-		if _, err := s.Informer().AddEventHandler(source.EnqueueHandler(func(k types.NamespacedName) { c.Enqueue(k) })); err != nil {
+		events = s.Informer()
+	} else if s, ok := src.(Informer); ok {
+		events = s
+	}
+	if events != nil {
+		if _, err := events.AddEventHandler(source.EnqueueHandler(func(k types.NamespacedName) { c.Enqueue(k) })); err != nil {
 			return nil, fmt.Errorf("quietpatch: registering the event handler on the Source's informer: %w", err)
 		}
 	}
@@ -222,7 +231,7 @@ func (cfg Config) complete() (Config, error) {
 		return bad("SyncTimeout", fmt.Sprintf("must be >= 0 (0 means %s), got %s", DefaultSyncTimeout, cfg.SyncTimeout))
 	}
 	if cfg.Name == "" {
-		cfg.Name = statuspatch.DefaultName
+		cfg.Name = "quietpatch" // statuspatch.Options' default
 	}
 	if cfg.SyncTimeout == 0 {
 		cfg.SyncTimeout = DefaultSyncTimeout
@@ -358,7 +367,7 @@ func (c *Controller[O, S, P]) waitSynced(ctx context.Context) error {
 }
 
 // Enqueue asks for the objects with keys — those one event affects — to be
-// reconciled soon: up to statuspatch.FreshFanout keys take the fresh lane,
+// reconciled soon: up to 16 keys take the fresh lane,
 // served before the periodic passes' keys; more make one pass, which
 // queues only the objects that changed. While this replica does not lead
 // it does nothing (the pass made on gaining the lead covers every object).
@@ -423,3 +432,32 @@ func (c *Controller[O, S, P]) Source() statuspatch.Source[O] { return c.src }
 // Claimer returns the Controller's claimer, or nil when Config.Observer
 // was given.
 func (c *Controller[O, S, P]) Claimer() *leader.Claimer { return c.claimer }
+
+// ReadyCheck is Ready with the signature of a probe check: pass it to
+// controller-runtime's mgr.AddReadyzCheck, or to [ProbeHandler] for plain
+// net/http.
+func (c *Controller[O, S, P]) ReadyCheck(*http.Request) error { return c.Ready() }
+
+// LiveCheck is Live with the signature of a probe check (see ReadyCheck).
+func (c *Controller[O, S, P]) LiveCheck(*http.Request) error { return c.Live() }
+
+// ProbeHandler serves a probe from a check: 200 "ok" while it returns nil,
+// else 503 with the error's text. Typically:
+//
+//	func serveProbes(ctrl *quietpatch.Controller[*Widget, conditions.Status, statuspatch.MergePatch]) *http.ServeMux {
+//		mux := http.NewServeMux()
+//		mux.Handle("/readyz", quietpatch.ProbeHandler(ctrl.ReadyCheck))
+//		mux.Handle("/healthz", quietpatch.ProbeHandler(ctrl.LiveCheck))
+//		return mux
+//	}
+func ProbeHandler(check func(*http.Request) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if err := check(r); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = fmt.Fprintln(w, err)
+			return
+		}
+		_, _ = fmt.Fprintln(w, "ok")
+	})
+}

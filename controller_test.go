@@ -32,6 +32,10 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// freshFanout is the most keys one event puts in the fresh lane (see
+// Controller.Enqueue).
+const freshFanout = 16
+
 // item is a test object: its desired status is its generation; its
 // current status is what it holds.
 type item struct {
@@ -258,8 +262,8 @@ func TestRunWaitsForTheSourceBeforeCompeting(t *testing.T) {
 		t.Errorf("the Lease is held by %q after a clean stop; want it vacated", h)
 	}
 	st := c.Stats()
-	if st.Dispatcher.Patches["ok"] != 2 || st.Reconciler.Objects["changed"] != 2 || st.Capacity != statuspatch.DefaultCapacity {
-		t.Errorf("Stats %+v: want 2 ok patches, 2 changed objects, capacity %d", st, statuspatch.DefaultCapacity)
+	if st.Dispatcher.Patches["ok"] != 2 || st.Reconciler.Objects["changed"] != 2 || st.Capacity != 50_000 {
+		t.Errorf("Stats %+v: want 2 ok patches, 2 changed objects, capacity 50000", st)
 	}
 }
 
@@ -500,7 +504,7 @@ func itemNames(n int) []string {
 // queued; s and t are what only a pass finds (s, held, is served again
 // after its call).
 func TestEventsEnqueueTheirKeysOrMakeAPass(t *testing.T) {
-	many := itemNames(statuspatch.FreshFanout + 1) // a..q
+	many := itemNames(freshFanout + 1) // a..q
 	for _, tc := range []struct {
 		label    string
 		capacity int
@@ -532,9 +536,9 @@ func TestEventsEnqueueTheirKeysOrMakeAPass(t *testing.T) {
 			}},
 		{label: "FreshFanout keys: still the fresh lane", keys: depKeys,
 			event: func(_ *quietpatch.Controller[*item, int64, string], h cache.ResourceEventHandler) {
-				h.OnAdd(&dep{many[:statuspatch.FreshFanout]}, false)
+				h.OnAdd(&dep{many[:freshFanout]}, false)
 			},
-			fresh: many[:statuspatch.FreshFanout]},
+			fresh: many[:freshFanout]},
 		{label: "more keys than FreshFanout: a pass", keys: depKeys,
 			event: func(_ *quietpatch.Controller[*item, int64, string], h cache.ResourceEventHandler) {
 				h.OnAdd(&dep{many}, false)
@@ -547,9 +551,9 @@ func TestEventsEnqueueTheirKeysOrMakeAPass(t *testing.T) {
 			pass: true},
 		{label: "Enqueue, FreshFanout keys: the fresh lane", keys: depKeys,
 			event: func(c *quietpatch.Controller[*item, int64, string], _ cache.ResourceEventHandler) {
-				c.Enqueue(keysOf(many[:statuspatch.FreshFanout]...)...)
+				c.Enqueue(keysOf(many[:freshFanout]...)...)
 			},
-			fresh: many[:statuspatch.FreshFanout]},
+			fresh: many[:freshFanout]},
 		{label: "Enqueue, more keys than FreshFanout: a pass", keys: depKeys,
 			event: func(c *quietpatch.Controller[*item, int64, string], _ cache.ResourceEventHandler) {
 				c.Enqueue(keysOf(many...)...)

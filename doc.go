@@ -10,56 +10,84 @@
 // informer's cache), a StatusComputer (their desired status, compared with
 // the current one) and a Patcher (the write), given to [New]:
 //
-//	inf := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0).ForResource(gvr).Informer()
-//	_ = inf.SetTransform(source.ToTyped[Widget]()) // cache typed Widgets
-//	computer, _ := conditions.New(conditions.Config[*Widget]{
-//		Conditions: func(w *Widget) ([]metav1.Condition, error) { … }, // all you write
-//	})
-//	patcher, _ := statuspatch.NewStatusPatcherForConfig(statusCfg, gvr, "example.com/widget-status")
-//	ctrl, _ := quietpatch.New(source.Informer[*Widget](inf), computer, patcher, quietpatch.Config{
-//		Leases: kube.CoordinationV1(),
-//		Lease:  leader.Config{Namespace: "widgets-system", Name: "widget-status"},
-//	})
-//	go informers.Start(ctx.Done())
-//	err := ctrl.Run(ctx) // until ctx is cancelled
+//	func run(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, statusCfg *rest.Config) error {
+//		gvr := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
+//		informers := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
+//		inf := informers.ForResource(gvr).Informer()
+//		if err := inf.SetTransform(source.ToTyped[Widget]()); err != nil { // cache typed Widgets
+//			return err
+//		}
+//		computer, err := conditions.New(conditions.Config[*Widget]{
+//			Conditions: widgetConditions, // func(*Widget) ([]metav1.Condition, error): all you write
+//		})
+//		if err != nil {
+//			return err
+//		}
+//		statusCfg.QPS = -1 // no client-side limit on the status client (see below)
+//		patcher, err := statuspatch.NewStatusPatcherForConfig(statusCfg, gvr, "example.com/widget-status")
+//		if err != nil {
+//			return err
+//		}
+//		ctrl, err := quietpatch.New(source.Informer[*Widget](inf), computer, patcher, quietpatch.Config{
+//			Leases: kube.CoordinationV1(),
+//			Lease:  leader.Config{Namespace: "widgets-system", Name: "widget-status"},
+//		})
+//		if err != nil {
+//			return err
+//		}
+//		informers.Start(ctx.Done())    // returns at once; the informers run until ctx ends
+//		defer informers.Shutdown()     // after Run: the dispatcher reads the cache until Run returns
+//		return ctrl.Run(ctx)           // blocks until ctx is cancelled
+//	}
 //
 // Example has it complete, runnable on client-go's fakes. Run waits for the
-// Source's cache to sync — a replica with an empty cache must not lead —,
-// then competes for the Lease, reconciles every Config.Interval, at once on
-// gaining the Lease, and on every event of the informer; [Controller.Ready]
-// and [Controller.Live] are the probes, [Controller.Stats] the counters, no
-// metrics SDK needed. The parts stay public: package leader (the Lease),
-// package statuspatch (queue, reconciler, dispatcher), package ewma.
+// caches to sync — a replica with an empty cache must not lead —, then
+// competes for the Lease, reconciles every Interval, at once on gaining the
+// Lease, and on every event of the informer; [Controller.Ready] and
+// [Controller.Live] are the probes, [Controller.Stats] the counters, no
+// metrics SDK needed. Statuses that depend on other resources declare them
+// once in Config.Dependencies. The parts stay public: package leader (the
+// Lease), package statuspatch (queue, reconciler, dispatcher), package ewma.
 //
 // The status client. Give the patcher a rest.Config of its own with the
 // client-side rate limiter off (QPS -1): client-go's default of 5 requests
-// a second caps a controller at 50 patches per 10 s interval, whatever the
-// server absorbs. The API server's Priority and Fairness protects the
-// server; the dispatcher's adaptive in-flight limit protects its latency.
-// Keep client-go's default limiter on the Lease client, so renewals never
-// wait behind patches. [statuspatch.NewStatusPatcherForConfig] also leaves
-// a 429's Retry-After to the dispatcher, which then holds every call back.
+// a second caps a controller at 5 patches a second, whatever the server
+// absorbs. The API server's Priority and Fairness protects the server; the
+// dispatcher's adaptive in-flight limit protects its latency. Keep
+// client-go's default limiter on the Lease client, so renewals never wait
+// behind patches. [statuspatch.NewStatusPatcherForConfig] also leaves a
+// 429's Retry-After to the dispatcher, which then holds every call back.
 //
 // # What holds
 //
-// Nothing patched that did not change. A patch is built only when the
-// StatusComputer's Equal says the desired status differs from the current
-// one; an unchanged object costs its computation and no allocation. Idle,
-// a controller writes nothing: its own writes come back as informer updates
-// and find nothing to do.
+// Nothing patched that did not change. A pass queues the key of an object
+// only when the StatusComputer's Equal says its desired status differs
+// from the current one, and the dispatcher computes both again when it
+// takes the key and sends a patch only if they still differ; an unchanged
+// object costs its computation and no allocation. Idle, a controller
+// writes nothing: its own writes come back as informer events and find
+// nothing to do.
 //
-// Bounded memory. Waiting patches plus reservations never exceed the
-// queue's capacity; calls in flight never exceed the in-flight limit;
-// pending on-demand keys are bounded too. The capacity follows what the
-// dispatcher drains in one interval unless fixed (Config.Capacity).
+// Bounded memory. Each lane of the queue holds at most Capacity keys
+// (default 50,000: a few MiB), and a key waits at most once; calls in
+// flight, and the goroutines making them, never exceed the in-flight
+// limit. A pass that finds its lane full stops and resumes where it
+// stopped.
 //
-// Latest wins. At most one patch per object waits and at most one is in
-// flight, in order. A newer status replaces a waiting patch even when the
-// queue is full; a status equal to the one waiting builds nothing. A failed
-// patch is not retried: the next pass recomputes it from fresh state.
+// Latest state, one call per object at a time. The patch is built by the
+// worker about to send it, from the object as the cache has it then, so it
+// is never older than the cache; at most one call per object is in flight,
+// and an object that changes meanwhile is served again after it. A failed
+// patch is not retried: the next pass finds the object still changed.
+//
+// Fresh changes first. Keys of events (an edit of the object, an event of
+// a dependency that affects at most 16 objects, Enqueue) are served before
+// the keys of passes — at most 8 in a row while pass keys wait — so an
+// edit does not wait behind a storm's backlog. One event that affects more
+// objects makes a pass instead.
 //
 // No stale write after a leadership change — to this exact extent. A patch
-// is applied only if, when it is dequeued, our claim is current on the
+// is sent only if, at the moment of the call, our claim is current on the
 // local clock, the patch was computed under that claim's epoch, and at
 // least a margin of the claim is left; its call's deadline is at most what
 // is left of the claim, and the call is cancelled the moment the claim ends
@@ -84,13 +112,14 @@
 // # Stop order
 //
 // Run stops, when its context is cancelled, in this order: the reconciler
-// (no new patch); the dispatcher (no new call; the calls in flight run to
+// (no new key); the dispatcher (no new call; the calls in flight run to
 // their answer, at most PatchTimeout; what is queued is dropped and
 // counted, reason shutdown — the next leader recomputes it); then the
 // Lease (vacated or left to run out, as above). It returns once all have
 // stopped. Whoever composes the parts without [Controller] gets the same
 // from leader.Claimer, which quiesces every statuspatch.Dispatcher built on
-// it before it vacates.
+// it before it vacates. Stop the informers only after Run returned: the
+// dispatcher reads the cache until then.
 //
 // # Metrics
 //
@@ -154,6 +183,6 @@
 // minute, and once drained), and each part's stop. Warnings: passes that
 // keep halting for longer than max(1 minute, 3 intervals) (with the sizing
 // hint), objects whose status could not be computed (one per pass), failed
-// patches (at most one a minute per outcome). Debug: every patch queued,
-// with a diff of what changed; every drop.
+// patches (at most one a minute per outcome). Debug: every patch sent,
+// with a diff of what changed; every key served without a call.
 package quietpatch

@@ -11,21 +11,20 @@ import (
 
 // BenchmarkGauge measures the cost of an update and of a read.
 //
-//   - update: UpdateAt at precomputed times 1 µs apart, τ = 1 h (dt/τ tiny:
-//     the polynomial path of the decay, as for any queue changing more often
-//     than every τ/1024), on a gauge with a fake clock, so the figure is the
-//     gauge's own cost; reading the clock is measured apart below.
-//   - update_sparse: as update, but 10 ms apart with τ = 1 s (dt/τ = 0.01:
-//     the math.Exp path), as for a queue that changes rarely — where the
-//     cost per update matters little.
+//   - update: UpdateAt at precomputed times 1 µs apart, τ = 1 h (dt/τ tiny,
+//     as for a busy queue), on a gauge with a fake clock, so the figure is
+//     the gauge's own cost; reading the clock is measured apart below.
+//   - update_sparse: as update, but 10 ms apart with τ = 1 s (dt/τ = 0.01),
+//     as for a queue that changes rarely — where the cost per update
+//     matters little.
 //   - value: ValueAt 1 µs after the previous read, average ≠ value.
 //   - update_now, value_now: Update and Value on the real clock, to show
 //     what reading the clock adds.
 //   - update_parallel: UpdateAt from GOMAXPROCS goroutines on one gauge.
 //
 // The updates set 1000 every 256th time and 0–7 otherwise: the average stays
-// above the value, so nearly every update folds (no shortcut for an average
-// equal to the value) and does not take the peak step.
+// above the value, so nearly every update folds a value different from the
+// average and does not take the peak step.
 //
 // Besides ns/op (wall time), each reports cpu-ns/op: the process's CPU time
 // per operation, which stays meaningful on a machine shared with other work,

@@ -25,8 +25,9 @@
 // log line and a test can all look without disturbing each other. The type
 // documentation of [Gauge] gives the exact formula.
 //
-// Each change costs one short critical section (about 20 ns, no allocation),
-// so a queue can record its depth on every insertion and removal.
+// Each change costs one short critical section (about 25 ns with an explicit
+// time, no allocation), so a queue can record its depth on every insertion
+// and removal. The figures are in docs/performance.md.
 //
 // # Choosing τ
 //

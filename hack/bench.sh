@@ -6,7 +6,7 @@
 # (e2e/perf, run once each, about 15-25 minutes on 2 cores; QP_PERF_*
 # variables change their sizes, see `go doc ./e2e/perf`); BENCH=regexp runs
 # only the end-to-end benchmarks it matches, e.g.
-# BENCH='Adaptive|Storm|Politeness'. QP_PLOTS_DIR is where the stalled-API
+# BENCH='Adaptive|Storm|Politeness' or BENCH=FreshChange. QP_PLOTS_DIR is where the stalled-API
 # and storm benchmarks write their samples and plots: default .cache/plots;
 # QP_PLOTS_DIR=docs refreshes the ones docs/performance.md shows.
 set -euo pipefail

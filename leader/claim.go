@@ -84,9 +84,11 @@ type Writer interface {
 	// cancelled write may still be executed), wait for them until ctx
 	// ends at the latest (ctx ends when the claim runs out), and report
 	// whether every write it made under epoch ended with an answer from
-	// the API server that settles it (see package
-	// github.com/quietpatch/quietpatch/statuspatch/outcome, Answered:
-	// success or a 4xx refusal) — false if any ended without one (timeout,
-	// cancel, broken connection, 5xx) or is still in flight when ctx ends.
+	// the API server that settles it: success, or a 4xx status other than
+	// 408 Request Timeout saying the write was refused and not done
+	// (conflict, not found, forbidden, unauthorized, invalid, throttled).
+	// It reports false if any write ended without such an answer (a
+	// client-side deadline or cancel, a broken or refused connection, a
+	// 5xx, a timeout status) or is still in flight when ctx ends.
 	Quiesce(ctx context.Context, epoch int64) (answered bool)
 }

@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/quietpatch/quietpatch/statuspatch/outcome"
-
 	coordv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -709,8 +707,8 @@ func (l *loop) permanent(err error, since *time.Time) bool {
 	if !fatal(err) {
 		return false
 	}
-	switch outcome.Of(err) {
-	case outcome.Forbidden, outcome.Unauthorized:
+	switch resultOf(err) {
+	case resultForbidden, resultUnauthorized:
 		now := l.c.clk.Now()
 		if since.IsZero() {
 			*since = now

@@ -28,23 +28,25 @@ const (
 	DefaultCallTimeout = 5 * time.Second
 )
 
-// ErrInvalidConfig is wrapped by every error [NewClaimer] and
-// [Config.Validate] return for a Config they reject; the error is a
-// [*ConfigError] naming the field.
-var ErrInvalidConfig = errors.New("leader: invalid config")
+// ErrInvalidConfig is wrapped by every error quietpatch returns for a
+// configuration it rejects: here by [NewClaimer] and [Config.Validate],
+// whose error is a [*ConfigError] naming the field.
+var ErrInvalidConfig = errors.New("quietpatch: invalid config")
 
-// ConfigError says which field of [Config] is invalid and why. It wraps
-// [ErrInvalidConfig]; use errors.As to read the field.
+// ConfigError says which field of a configuration is invalid and why. It
+// wraps [ErrInvalidConfig]; use errors.As to read the field. It is the
+// config error of every quietpatch package, not only of [Config].
 type ConfigError struct {
-	// Field is the name of the Config field, e.g. "RenewGrace".
+	// Field is the field's path as the caller writes it, relative to the
+	// configuration value passed: "RenewGrace" for Config.RenewGrace.
 	Field string
 	// Reason says what is wrong, e.g. "must be < LeaseDuration (15s), got 20s".
 	Reason string
 }
 
-// Error returns "leader: invalid config: Config.<Field> <Reason>".
+// Error returns "quietpatch: invalid config: <Field> <Reason>".
 func (e *ConfigError) Error() string {
-	return ErrInvalidConfig.Error() + ": Config." + e.Field + " " + e.Reason
+	return ErrInvalidConfig.Error() + ": " + e.Field + " " + e.Reason
 }
 
 // Unwrap returns [ErrInvalidConfig].

@@ -80,22 +80,22 @@ func TestConfigRejected(t *testing.T) {
 		mutate func(*Config)
 		want   string // the message names the field
 	}{
-		{"no namespace", func(c *Config) { c.Namespace = "" }, "Config.Namespace must not be empty"},
-		{"bad namespace", func(c *Config) { c.Namespace = "Not_A_Label" }, "Config.Namespace must be a valid namespace name"},
-		{"no name", func(c *Config) { c.Name = "" }, "Config.Name must not be empty"},
-		{"bad name", func(c *Config) { c.Name = "UPPER/case" }, "Config.Name must be a valid object name"},
-		{"no identity", func(c *Config) { c.Identity = "" }, "Config.Identity must not be empty"},
-		{"long identity", func(c *Config) { c.Identity = strings.Repeat("x", 254) }, "Config.Identity must be at most 253 characters, got 254"},
-		{"negative lease", func(c *Config) { c.LeaseDuration = -time.Second }, "Config.LeaseDuration must be >= 1s, got -1s"},
-		{"sub-second lease", func(c *Config) { c.LeaseDuration = 500 * time.Millisecond }, "Config.LeaseDuration must be >= 1s"},
-		{"fractional lease", func(c *Config) { c.LeaseDuration = 1500 * time.Millisecond }, "Config.LeaseDuration must be a whole number of seconds"},
-		{"grace = duration", func(c *Config) { c.RenewGrace = 15 * time.Second }, "Config.RenewGrace must be < LeaseDuration (15s), got 15s"},
-		{"grace > duration", func(c *Config) { c.RenewGrace = time.Minute }, "Config.RenewGrace must be < LeaseDuration"},
-		{"negative grace", func(c *Config) { c.RenewGrace = -1 }, "Config.RenewGrace must be > 0"},
-		{"retry = grace", func(c *Config) { c.RetryPeriod = 10 * time.Second }, "Config.RetryPeriod must be < RenewGrace (10s), got 10s"},
-		{"negative retry", func(c *Config) { c.RetryPeriod = -time.Second }, "Config.RetryPeriod must be > 0"},
-		{"timeout = duration", func(c *Config) { c.CallTimeout = 15 * time.Second }, "Config.CallTimeout must be < LeaseDuration (15s), got 15s"},
-		{"negative timeout", func(c *Config) { c.CallTimeout = -time.Second }, "Config.CallTimeout must be > 0"},
+		{"no namespace", func(c *Config) { c.Namespace = "" }, "Namespace must not be empty"},
+		{"bad namespace", func(c *Config) { c.Namespace = "Not_A_Label" }, "Namespace must be a valid namespace name"},
+		{"no name", func(c *Config) { c.Name = "" }, "Name must not be empty"},
+		{"bad name", func(c *Config) { c.Name = "UPPER/case" }, "Name must be a valid object name"},
+		{"no identity", func(c *Config) { c.Identity = "" }, "Identity must not be empty"},
+		{"long identity", func(c *Config) { c.Identity = strings.Repeat("x", 254) }, "Identity must be at most 253 characters, got 254"},
+		{"negative lease", func(c *Config) { c.LeaseDuration = -time.Second }, "LeaseDuration must be >= 1s, got -1s"},
+		{"sub-second lease", func(c *Config) { c.LeaseDuration = 500 * time.Millisecond }, "LeaseDuration must be >= 1s"},
+		{"fractional lease", func(c *Config) { c.LeaseDuration = 1500 * time.Millisecond }, "LeaseDuration must be a whole number of seconds"},
+		{"grace = duration", func(c *Config) { c.RenewGrace = 15 * time.Second }, "RenewGrace must be < LeaseDuration (15s), got 15s"},
+		{"grace > duration", func(c *Config) { c.RenewGrace = time.Minute }, "RenewGrace must be < LeaseDuration"},
+		{"negative grace", func(c *Config) { c.RenewGrace = -1 }, "RenewGrace must be > 0"},
+		{"retry = grace", func(c *Config) { c.RetryPeriod = 10 * time.Second }, "RetryPeriod must be < RenewGrace (10s), got 10s"},
+		{"negative retry", func(c *Config) { c.RetryPeriod = -time.Second }, "RetryPeriod must be > 0"},
+		{"timeout = duration", func(c *Config) { c.CallTimeout = 15 * time.Second }, "CallTimeout must be < LeaseDuration (15s), got 15s"},
+		{"negative timeout", func(c *Config) { c.CallTimeout = -time.Second }, "CallTimeout must be > 0"},
 	} {
 		t.Run(tc.label, func(t *testing.T) {
 			cfg := valid
@@ -107,13 +107,13 @@ func TestConfigRejected(t *testing.T) {
 			if !errors.Is(err, ErrInvalidConfig) {
 				t.Errorf("error %v does not wrap ErrInvalidConfig", err)
 			}
-			if !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "leader: ") {
-				t.Errorf("error %q, want it to contain %q", err, tc.want)
+			if want := "quietpatch: invalid config: " + tc.want; !strings.HasPrefix(err.Error(), want) {
+				t.Errorf("error %q, want it to start with %q", err, want)
 			}
 			// The field is in the error's type, for callers that map it
 			// to a flag or option of their own.
 			var ce *ConfigError
-			field, _, _ := strings.Cut(strings.TrimPrefix(tc.want, "Config."), " ")
+			field, _, _ := strings.Cut(tc.want, " ")
 			if !errors.As(err, &ce) || ce.Field != field {
 				t.Errorf("error %v: ConfigError %+v, want Field %q", err, ce, field)
 			}

@@ -9,11 +9,15 @@
 // the epoch it was produced under and applied only while
 // Current().IsCurrentFor(Identity(), now) holds and the epoch is unchanged:
 //
-//	claim := obs.Current()
-//	if !claim.IsCurrentFor(obs.Identity(), now) || claim.Epoch != item.Epoch {
-//		drop(item) // produced under another leadership, or we are not leader
+//	func callCtx(ctx context.Context, obs leader.Observer, epoch int64, timeout time.Duration) (context.Context, context.CancelFunc, bool) {
+//		now := time.Now()
+//		claim := obs.Current()
+//		if !claim.IsCurrentFor(obs.Identity(), now) || claim.Epoch != epoch {
+//			return nil, nil, false // produced under another leadership, or we are not leader
+//		}
+//		ctx, cancel := context.WithTimeout(ctx, min(timeout, claim.Remaining(now)))
+//		return ctx, cancel, true
 //	}
-//	ctx, cancel := context.WithTimeout(ctx, min(patchTimeout, claim.Remaining(now)))
 //
 // Consumers depend on the small [Observer] interface; [*Claimer] implements
 // it, and tests can supply their own.
@@ -113,11 +117,13 @@
 // starts), so a readiness probe turns a dead lease loop into a visible,
 // restartable failure:
 //
-//	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-//		if err := claimer.Healthy(); err != nil {
-//			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+//	func readyz(claimer *leader.Claimer) http.HandlerFunc {
+//		return func(w http.ResponseWriter, _ *http.Request) {
+//			if err := claimer.Healthy(); err != nil {
+//				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+//			}
 //		}
-//	})
+//	}
 //
 // # Permissions
 //
@@ -173,9 +179,20 @@
 // (*) observed only while Run runs.
 //
 // operation is one of get, create, acquire, renew, vacate, watch; result is
-// an outcome of package github.com/quietpatch/quietpatch/statuspatch/outcome:
-// ok, conflict (409, including AlreadyExists), not_found, forbidden,
-// unauthorized, invalid, throttled (429), timeout, canceled, error.
+// the request's outcome, with the values every quietpatch instrument uses:
+// ok, conflict (409, including AlreadyExists), not_found (404), forbidden
+// (403), unauthorized (401), invalid (400, 405, 406, 413, 415, 422),
+// throttled (429), timeout (a deadline, 504, a timeout status, a network
+// timeout), canceled (the context was cancelled), error (anything else).
+//
+// # Configuration errors
+//
+// [ErrInvalidConfig] and [ConfigError] are the configuration errors of all
+// of quietpatch, defined here because statuspatch and the root package both
+// import this package. A ConfigError's Field is the field's path relative
+// to the value the caller passed: [NewClaimer] rejects a RenewGrace of 20s
+// with a 15s LeaseDuration as "quietpatch: invalid config: RenewGrace must
+// be < LeaseDuration (15s), got 20s".
 //
 // # Testing
 //

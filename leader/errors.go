@@ -1,10 +1,6 @@
 package leader
 
-import (
-	"errors"
-
-	"github.com/quietpatch/quietpatch/statuspatch/outcome"
-)
+import "errors"
 
 // Sentinel errors. Errors returned by this package wrap one of these (or a
 // Kubernetes API error, which k8s.io/apimachinery/pkg/api/errors classifies).
@@ -18,9 +14,9 @@ var (
 	// it with the error Run returned.
 	ErrStopped = errors.New("leader: claimer stopped")
 
-	// ErrAlreadyStarted is returned by a second call of [Claimer.Run]: a
-	// Claimer runs once.
-	ErrAlreadyStarted = errors.New("leader: claimer already started")
+	// ErrAlreadyStarted is returned by a second call of Run, of a [Claimer]
+	// and of every other part of the library: each runs once.
+	ErrAlreadyStarted = errors.New("quietpatch: Run already called: Run may be called once")
 
 	// ErrLeaseNotFound is wrapped by the error [Claimer.Run] returns when
 	// the Lease is missing or was deleted and Config.RequireExisting is set.
@@ -44,8 +40,8 @@ func fatal(err error) bool {
 	if errors.Is(err, ErrTransitionsExhausted) {
 		return true
 	}
-	switch outcome.Of(err) {
-	case outcome.Forbidden, outcome.Unauthorized, outcome.Invalid:
+	switch resultOf(err) {
+	case resultForbidden, resultUnauthorized, resultInvalid:
 		return true
 	}
 	return false

@@ -62,7 +62,7 @@ func ExampleNewClaimer_invalidConfig() {
 	fmt.Println(err)
 	fmt.Println(errors.Is(err, leader.ErrInvalidConfig))
 	// Output:
-	// leader: invalid config: Config.RenewGrace must be < LeaseDuration (15s), got 20s
+	// quietpatch: invalid config: RenewGrace must be < LeaseDuration (15s), got 20s
 	// true
 }
 

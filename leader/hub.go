@@ -1,6 +1,9 @@
 package leader
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // hub holds the latest Claim and fans changes out to subscribers without
 // ever blocking the publisher.
@@ -12,15 +15,17 @@ import "sync"
 // subscriber therefore sees claims in the order they were published, with
 // the ones it was too slow for skipped, and always ends on the latest.
 type hub struct {
-	mu    sync.Mutex
-	claim Claim
-	subs  map[chan Claim]struct{}
+	mu     sync.Mutex
+	claim  Claim
+	latest atomic.Pointer[Claim] // claim, read without mu (once per patch)
+	subs   map[chan Claim]struct{}
 }
 
 func (h *hub) current() Claim {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.claim
+	if c := h.latest.Load(); c != nil {
+		return *c
+	}
+	return Claim{}
 }
 
 // publish records c and, when it differs from the previous claim, offers it
@@ -32,6 +37,7 @@ func (h *hub) publish(c Claim) bool {
 		return false
 	}
 	h.claim = c
+	h.latest.Store(&c)
 	for ch := range h.subs {
 		offer(ch, c)
 	}

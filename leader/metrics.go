@@ -6,8 +6,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-
-	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 // Instrument names and attribute keys; the package documentation has the
@@ -58,7 +56,7 @@ type instruments struct {
 
 type requestKey struct {
 	op     string
-	result outcome.Outcome
+	result result
 }
 
 type requestCounter struct {
@@ -74,7 +72,7 @@ func newInstruments(m metric.Meter, namespace, name, identity string) (*instrume
 	in.transSets[0] = attribute.NewSet(append(leaseKVs[:2:2], attribute.String(attrDirection, "acquired"))...)
 	in.transSets[1] = attribute.NewSet(append(leaseKVs[:2:2], attribute.String(attrDirection, "lost"))...)
 	for _, op := range operations() {
-		for _, o := range outcome.All() {
+		for _, o := range results() {
 			k := requestKey{op, o}
 			in.reqSets[k] = &requestCounter{set: attribute.NewSet(append(leaseKVs[:2:2],
 				attribute.String(attrOperation, op), attribute.String(attrResult, string(o)))...)}
@@ -141,7 +139,7 @@ func (in *instruments) transition(acquired bool) {
 }
 
 func (in *instruments) request(op string, err error) {
-	if c := in.reqSets[requestKey{op, outcome.Of(err)}]; c != nil {
+	if c := in.reqSets[requestKey{op, resultOf(err)}]; c != nil {
 		c.n.Add(1)
 	}
 }

@@ -8,33 +8,26 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// StatusComputer is what a controller supplies to a [Reconciler]: how to name
-// an object, read its current status, compute its desired status, compare the
-// two and build a patch. O is the object type (typically a pointer from an
-// informer's lister), S the status type, P the patch type that travels
-// through the [PatchQueue] to a [Patcher].
+// StatusComputer is what a controller supplies: how to name an object,
+// read its current status, compute its desired status, compare the two and
+// build a patch. O is the object type (typically a pointer from an
+// informer's cache), S the status type, P the patch type a [Patcher] sends.
 //
-// The reconciler calls the methods in this order for each object: Current,
-// Desired, Equal, and only when Equal reports false, Key, then (only if no
-// identical patch waits already) Patch. An unchanged object therefore costs
-// Current + Desired + Equal and nothing else: no key is formatted, no patch
-// is built and the library allocates nothing. An error or a panic in any
-// method counts the object as an error for this pass, and the pass goes on.
+// A pass calls Current, Desired and Equal for every object, and Key for
+// those that changed; an unchanged object costs those three calls and
+// nothing else. The dispatcher calls Current, Desired and Equal again when
+// it serves the key, and Patch only if they still differ. The dispatcher's
+// workers call it concurrently — never two at once for one key — and a
+// pass may call it for an object a worker is serving: the methods must be
+// safe for concurrent use (pure functions of their arguments are). They
+// must not modify the object: it belongs to the cache. An error or a panic
+// counts the object as an error and the rest go on.
 //
-// The reconciler calls a StatusComputer from one goroutine at a time (a pass
-// and on-demand reconciles are serialized), so implementations need no
-// locking of their own unless they share state with other code. Methods must
-// not modify the object: it usually belongs to an informer's cache.
-//
-// Package github.com/quietpatch/quietpatch/statuspatch/conditions builds a
-// StatusComputer for the common status of conditions and
-// observedGeneration from one function.
+// Package statuspatch/conditions builds one for the common status of
+// conditions and observedGeneration from one function.
 type StatusComputer[O, S, P any] interface {
-	// Key names the object. It is used to order objects when a pass resumes
-	// after a halted one, to look objects up for on-demand reconciles, and
-	// (formatted as "namespace/name") as the queue key of the patch, so a
-	// newer patch for the same object replaces a waiting one. It should not
-	// allocate: it is also called while sorting.
+	// Key names the object: its key in the queue and in Source.Get, and
+	// the order of a pass that resumes after a halted one.
 	Key(obj O) types.NamespacedName
 	// Current returns the status the object has now.
 	Current(obj O) S
@@ -47,16 +40,12 @@ type StatusComputer[O, S, P any] interface {
 	// own (LastTransitionTime, list order), or the reconciler patches objects
 	// every pass. Package conditions has a typed comparison of condition
 	// lists (conditions.Equal, tens of nanoseconds) and a go-cmp based one
-	// (conditions.CmpEqual, tens of microseconds). It is also used to compare
-	// two desired statuses: one computed now, one that a waiting patch was
-	// built for.
+	// (conditions.CmpEqual, tens of microseconds).
 	Equal(current, desired S) bool
 	// Patch builds the patch that turns the object's current status into
-	// desired. It is called only for objects whose status changed, after
-	// room in the queue has been reserved. An error counts the object as an
-	// error and releases the reservation. The patch must be one the API
-	// server accepts: validate what the CRD would reject here, and return
-	// an error instead.
+	// desired, by the worker about to send it. The patch must be one the
+	// API server accepts: validate what the CRD would reject here, and
+	// return an error instead.
 	Patch(obj O, desired S) (P, error)
 }
 

@@ -1,14 +1,25 @@
 package statuspatch
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/quietpatch/quietpatch/leader"
 )
 
-func TestComputerFuncs(t *testing.T) {
+type tFuncs = ComputerFuncs[*tObj, []metav1.Condition, tPayload]
+
+// completeFuncs returns a ComputerFuncs with every field set.
+func completeFuncs() tFuncs {
+	c := &tComputer{}
+	return tFuncs{KeyFunc: c.Key, CurrentFunc: c.Current, DesiredFunc: c.Desired, EqualFunc: c.Equal, PatchFunc: c.Patch}
+}
+
+func TestComputerFuncsForwards(t *testing.T) {
 	f := ComputerFuncs[string, int, string]{
 		KeyFunc:     func(o string) types.NamespacedName { return types.NamespacedName{Name: o} },
 		CurrentFunc: func(o string) int { return len(o) },
@@ -22,13 +33,61 @@ func TestComputerFuncs(t *testing.T) {
 	if c.Key("abcd").Name != "abcd" || c.Current("abcd") != 4 || d != 3 || c.Equal(4, d) || p != "abcd!" {
 		t.Errorf("ComputerFuncs does not forward to its functions")
 	}
-	if err := f.validate(); err != nil {
-		t.Errorf("validate complete funcs: %v", err)
+}
+
+// NewReconciler and NewDispatcher reject a ComputerFuncs with a nil field,
+// naming it, as a value or behind a pointer.
+func TestComputerFuncsValidation(t *testing.T) {
+	q, err := NewPatchQueue[types.NamespacedName](Options{Capacity: 1})
+	if err != nil {
+		t.Fatal(err)
 	}
-	f.PatchFunc = nil
-	if err := f.validate(); err == nil || !strings.Contains(err.Error(), "PatchFunc") {
-		t.Errorf("validate without PatchFunc = %v", err)
+	for _, tc := range []struct {
+		field string // "" means complete
+		unset func(*tFuncs)
+	}{
+		{"", func(*tFuncs) {}},
+		{"KeyFunc", func(f *tFuncs) { f.KeyFunc = nil }},
+		{"CurrentFunc", func(f *tFuncs) { f.CurrentFunc = nil }},
+		{"DesiredFunc", func(f *tFuncs) { f.DesiredFunc = nil }},
+		{"EqualFunc", func(f *tFuncs) { f.EqualFunc = nil }},
+		{"PatchFunc", func(f *tFuncs) { f.PatchFunc = nil }},
+	} {
+		f := completeFuncs()
+		tc.unset(&f)
+		for _, comp := range []struct {
+			label string
+			c     StatusComputer[*tObj, []metav1.Condition, tPayload]
+		}{{"value", f}, {"pointer", &f}} {
+			label := "complete"
+			if tc.field != "" {
+				label = "without " + tc.field
+			}
+			t.Run(label+", "+comp.label, func(t *testing.T) {
+				_, rerr := NewReconciler(&fakeSource{}, comp.c, q, newFakeObserver("me"), Options{})
+				_, derr := NewDispatcher(q, &fakeSource{}, comp.c, &recordingPatcher{}, newFakeObserver("me"), Options{})
+				for part, err := range map[string]error{"NewReconciler": rerr, "NewDispatcher": derr} {
+					if tc.field == "" {
+						if err != nil {
+							t.Errorf("%s: %v, want nil", part, err)
+						}
+						continue
+					}
+					var ce *leader.ConfigError
+					if !errors.As(err, &ce) || ce.Field != "Computer" || !strings.Contains(ce.Reason, "ComputerFuncs."+tc.field) ||
+						!errors.Is(err, leader.ErrInvalidConfig) {
+						t.Errorf("%s: %v, want a *leader.ConfigError for Computer naming ComputerFuncs.%s", part, err, tc.field)
+					}
+				}
+			})
+		}
 	}
+	t.Run("nil pointer", func(t *testing.T) {
+		var ce *leader.ConfigError
+		if _, err := NewReconciler(&fakeSource{}, (*tFuncs)(nil), q, newFakeObserver("me"), Options{}); !errors.As(err, &ce) || ce.Field != "Computer" {
+			t.Errorf("NewReconciler with a nil *ComputerFuncs: %v, want a *leader.ConfigError for Computer", err)
+		}
+	})
 }
 
 func TestSafeDiff(t *testing.T) {

@@ -14,42 +14,32 @@ import (
 	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
-// DropReason says why the dispatcher took a key from the queue and sent no
-// patch: the values of the reason attribute of quietpatch.dispatch.dropped.
-type DropReason string
-
-// Drop reasons of the dispatcher.
+// Reasons a key is served without a call: the keys of
+// DispatcherStats.Dropped and the values of the reason attribute of
+// quietpatch.dispatch.dropped.
 const (
-	// DropUnchanged: the status was already as desired when the key was
-	// served (an earlier patch, or an event with nothing to do).
-	DropUnchanged DropReason = "unchanged"
-	// DropDeleted: the Source no longer has the object.
-	DropDeleted DropReason = "deleted"
-	// DropError: the Source or the StatusComputer failed (or panicked).
-	DropError DropReason = "error"
-	// DropNotLeader: the claim was not current for our identity, or ended.
-	DropNotLeader DropReason = "not_leader"
-	// DropStaleEpoch: calls were already made under a newer epoch.
-	DropStaleEpoch DropReason = "stale_epoch"
-	// DropClaimEnding: less than the claim margin was left.
-	DropClaimEnding DropReason = "claim_ending"
-	// DropReleased: the claim was being given up on purpose.
-	DropReleased DropReason = "released"
-	// DropShutdown: the dispatcher stopped with the key still queued.
-	DropShutdown DropReason = "shutdown"
+	dropUnchanged   = "unchanged"    // the status was right by then
+	dropDeleted     = "deleted"      // the Source no longer has the object
+	dropError       = "error"        // the Source or the StatusComputer failed
+	dropNotLeader   = "not_leader"   // the claim was not current for us, or ended
+	dropStaleEpoch  = "stale_epoch"  // calls were made under a newer epoch already
+	dropClaimEnding = "claim_ending" // less than the claim margin was left
+	dropReleased    = "released"     // the claim was being given up on purpose
+	dropShutdown    = "shutdown"     // the dispatcher stopped first
 )
 
-// DropReasons returns every DropReason, in a fixed order.
-func DropReasons() []DropReason {
-	return []DropReason{DropUnchanged, DropDeleted, DropError, DropNotLeader, DropStaleEpoch, DropClaimEnding, DropReleased, DropShutdown}
-}
+var dropReasons = []string{dropUnchanged, dropDeleted, dropError, dropNotLeader, dropStaleEpoch, dropClaimEnding, dropReleased, dropShutdown}
 
 // DispatcherStats are a dispatcher's counters, and its limiter's state.
 type DispatcherStats struct {
 	// Patches counts patch calls by outcome; Dropped keys served without
-	// a call, by reason.
+	// a call, by reason: unchanged (the status was right by then: every
+	// event of our own writes ends so), deleted, error (the Source or the
+	// StatusComputer failed), not_leader, stale_epoch (calls were made
+	// under a newer epoch), claim_ending (less than the claim margin
+	// left), released (the claim was being given up), shutdown.
 	Patches map[outcome.Outcome]int64
-	Dropped map[DropReason]int64
+	Dropped map[string]int64
 	// InFlight is the number of calls in progress; Unanswered counts calls
 	// that ended without an answer from the API server (such a write may
 	// still land).
@@ -98,7 +88,7 @@ type Dispatcher[O, S, P any] struct {
 	stop    chan struct{} // closed when Run's ctx ends
 
 	patches    sync.Map // outcome.Outcome → *atomic.Int64
-	dropped    sync.Map // DropReason → *atomic.Int64
+	dropped    sync.Map // reason → *atomic.Int64
 	unanswered atomic.Int64
 	lastWarn   sync.Map // outcome.Outcome → *atomic.Int64 (unix nanos)
 }
@@ -151,7 +141,7 @@ func (d *Dispatcher[O, S, P]) Run(ctx context.Context) error {
 		return err
 	}
 	changes, unsubscribe := d.leader.Subscribe()
-	watchStop, watchDone := make(chan struct{}), make(chan struct{})
+	stopWatch, watchDone := make(chan struct{}), make(chan struct{})
 	go func() { // ends the calls of a claim that ends
 		defer close(watchDone)
 		for {
@@ -161,7 +151,7 @@ func (d *Dispatcher[O, S, P]) Run(ctx context.Context) error {
 					return
 				}
 				d.lim.observe(c, c.IsCurrentFor(d.leader.Identity(), d.opts.Clock.Now()))
-			case <-watchStop: // an Observer's cancel need not close changes
+			case <-stopWatch: // an Observer need not close the channel
 				return
 			}
 		}
@@ -175,7 +165,7 @@ func (d *Dispatcher[O, S, P]) Run(ctx context.Context) error {
 		key, err := d.queue.Get(ctx)
 		if err != nil || ctx.Err() != nil {
 			if err == nil {
-				d.drop(key, DropShutdown, nil)
+				d.drop(key, dropShutdown, nil)
 				d.queue.Done(key)
 			}
 			d.lim.release()
@@ -194,8 +184,8 @@ func (d *Dispatcher[O, S, P]) Run(ctx context.Context) error {
 	} else {
 		calls.Wait()
 	}
-	close(watchStop)
 	unsubscribe()
+	close(stopWatch)
 	<-watchDone
 	d.life.stop("dispatcher", reason)
 	d.opts.Logger.Info("statuspatch: dispatcher stopped", slog.String("reason", reason))
@@ -225,7 +215,7 @@ func (d *Dispatcher[O, S, P]) dropQueued() {
 		if err != nil {
 			return
 		}
-		d.drop(key, DropShutdown, nil)
+		d.drop(key, dropShutdown, nil)
 		d.queue.Done(key)
 	}
 }
@@ -236,19 +226,19 @@ func (d *Dispatcher[O, S, P]) serve(key types.NamespacedName) {
 	for {
 		select {
 		case <-d.stop:
-			d.dropReleasing(key, DropShutdown, nil)
+			d.dropReleasing(key, dropShutdown, nil)
 			return
 		default:
 		}
 		now := d.opts.Clock.Now()
 		claim := d.leader.Current()
 		if !claim.IsCurrentFor(d.leader.Identity(), now) {
-			d.dropReleasing(key, DropNotLeader, nil)
+			d.dropReleasing(key, dropNotLeader, nil)
 			return
 		}
 		left := claim.Remaining(now)
 		if left < d.claimMargin() {
-			d.dropReleasing(key, DropClaimEnding, nil)
+			d.dropReleasing(key, dropClaimEnding, nil)
 			return
 		}
 		payload, reason, err := d.build(key)
@@ -268,7 +258,7 @@ func (d *Dispatcher[O, S, P]) serve(key types.NamespacedName) {
 				continue // build again from the cache as it is then
 			case <-d.stop:
 				t.Stop()
-				d.dropReleasing(key, DropShutdown, nil)
+				d.dropReleasing(key, dropShutdown, nil)
 				return
 			}
 		}
@@ -278,31 +268,31 @@ func (d *Dispatcher[O, S, P]) serve(key types.NamespacedName) {
 }
 
 // build gets the object and builds its patch, or says why there is none.
-func (d *Dispatcher[O, S, P]) build(key types.NamespacedName) (payload P, reason DropReason, err error) {
+func (d *Dispatcher[O, S, P]) build(key types.NamespacedName) (payload P, reason string, err error) {
 	stage := "Source.Get"
 	defer func() {
 		if v := recover(); v != nil {
-			reason, err = DropError, fmt.Errorf("%s panicked: %v", stage, v)
+			reason, err = dropError, fmt.Errorf("%s panicked: %v", stage, v)
 		}
 	}()
 	obj, found, err := d.src.Get(key)
 	switch {
 	case err != nil:
-		return payload, DropError, err
+		return payload, dropError, err
 	case !found:
-		return payload, DropDeleted, nil
+		return payload, dropDeleted, nil
 	}
 	stage = "StatusComputer"
 	current := d.comp.Current(obj)
 	desired, err := d.comp.Desired(obj)
 	if err != nil {
-		return payload, DropError, fmt.Errorf("desired status: %w", err)
+		return payload, dropError, fmt.Errorf("desired status: %w", err)
 	}
 	if d.comp.Equal(current, desired) {
-		return payload, DropUnchanged, nil
+		return payload, dropUnchanged, nil
 	}
 	if payload, err = d.comp.Patch(obj, desired); err != nil {
-		return payload, DropError, fmt.Errorf("build patch: %w", err)
+		return payload, dropError, fmt.Errorf("build patch: %w", err)
 	}
 	if d.opts.Logger.Enabled(context.Background(), slog.LevelDebug) {
 		d.opts.Logger.Debug("statuspatch: sending patch", slog.String("key", key.String()),
@@ -360,13 +350,13 @@ func counter[K comparable](m *sync.Map, k K) *atomic.Int64 {
 	return c.(*atomic.Int64)
 }
 
-func (d *Dispatcher[O, S, P]) dropReleasing(key types.NamespacedName, reason DropReason, err error) {
+func (d *Dispatcher[O, S, P]) dropReleasing(key types.NamespacedName, reason string, err error) {
 	d.drop(key, reason, err)
 	d.lim.release()
 }
 
 // drop counts and logs a key served without a call.
-func (d *Dispatcher[O, S, P]) drop(key types.NamespacedName, reason DropReason, err error) {
+func (d *Dispatcher[O, S, P]) drop(key types.NamespacedName, reason string, err error) {
 	counter(&d.dropped, reason).Add(1)
 	if d.opts.Logger.Enabled(context.Background(), slog.LevelDebug) {
 		d.opts.Logger.Debug("statuspatch: no patch sent", slog.String("key", key.String()),
@@ -375,13 +365,13 @@ func (d *Dispatcher[O, S, P]) drop(key types.NamespacedName, reason DropReason, 
 }
 
 // claimMargin is Options.ClaimMargin, or twice the latency estimate within
-// [DefaultClaimMargin, PatchTimeout/2].
+// [minClaimMargin, PatchTimeout/2].
 func (d *Dispatcher[O, S, P]) claimMargin() time.Duration {
 	if d.opts.ClaimMargin > 0 {
 		return d.opts.ClaimMargin
 	}
 	est := time.Duration(2 * d.lim.lastEstimate() * float64(time.Second))
-	return min(max(DefaultClaimMargin, est), d.opts.PatchTimeout/2)
+	return min(max(minClaimMargin, est), d.opts.PatchTimeout/2)
 }
 
 // Quiesce implements [leader.Writer]: from now on no call starts under
@@ -396,12 +386,12 @@ func (d *Dispatcher[O, S, P]) Quiesce(ctx context.Context, epoch int64) bool {
 // Stats returns the dispatcher's counters.
 func (d *Dispatcher[O, S, P]) Stats() DispatcherStats {
 	st := d.lim.stateAt(d.opts.Clock.Now())
-	s := DispatcherStats{Patches: map[outcome.Outcome]int64{}, Dropped: map[DropReason]int64{},
+	s := DispatcherStats{Patches: map[outcome.Outcome]int64{}, Dropped: map[string]int64{},
 		InFlight: st.calls, Unanswered: d.unanswered.Load(), Limit: st.limit,
 		Latency: time.Duration(st.latency * float64(time.Second)), DrainRate: st.drainRate,
 		Backoff: st.backoff, RetryAfters: st.retryAfters}
 	d.patches.Range(func(k, v any) bool { s.Patches[k.(outcome.Outcome)] = v.(*atomic.Int64).Load(); return true })
-	d.dropped.Range(func(k, v any) bool { s.Dropped[k.(DropReason)] = v.(*atomic.Int64).Load(); return true })
+	d.dropped.Range(func(k, v any) bool { s.Dropped[k.(string)] = v.(*atomic.Int64).Load(); return true })
 	return s
 }
 

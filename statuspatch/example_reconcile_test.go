@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -47,25 +48,35 @@ func (w exampleWidgets) Get(key types.NamespacedName) (*exampleWidget, bool, err
 	return o, ok, nil
 }
 
-// exampleLeader always holds the lease, under epoch 1. A controller uses the
-// leader package's claimer instead.
+// exampleLeader always holds the lease, under epoch 1. A controller uses
+// package leader's Claimer instead (quietpatch.New builds one).
 type exampleLeader struct{}
 
 func (exampleLeader) Identity() string { return "replica-a" }
 func (exampleLeader) Current() leader.Claim {
 	return leader.Claim{Holder: "replica-a", Expiry: time.Now().Add(time.Minute), Epoch: 1}
 }
-func (exampleLeader) Subscribe() (<-chan leader.Claim, func()) { return nil, func() {} }
+
+// Subscribe sends the claim once; the channel is closed when the
+// subscription is cancelled, as the Claimer does.
+func (l exampleLeader) Subscribe() (<-chan leader.Claim, func()) {
+	ch := make(chan leader.Claim, 1)
+	ch <- l.Current()
+	var once sync.Once
+	return ch, func() { once.Do(func() { close(ch) }) }
+}
 
 // widgetStatus is the JSON of a widget's status.
 type widgetStatus struct {
 	Conditions []metav1.Condition `json:"conditions"`
 }
 
-// The whole flow on one pass: the reconciler compares desired and current
-// status, queues merge patches for what changed only, and the dispatcher
-// applies them. Here the queue is closed after the pass so that the
-// dispatcher drains it and returns; a controller runs both until shutdown.
+// The three parts on one pass: the reconciler compares desired and current
+// status and queues the keys of what changed; the dispatcher builds each
+// patch when it serves the key — from the object as the Source has it
+// then — and sends it. Here the queue is closed after the pass so that the
+// dispatcher drains it and returns; a controller runs Reconciler.Run and
+// Dispatcher.Run until shutdown, or lets quietpatch.New do it all.
 func ExampleReconciler() {
 	at := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	ready := func(gen int64) metav1.Condition {
@@ -100,33 +111,27 @@ func ExampleReconciler() {
 				ResourceVersion: w.ResourceVersion, Status: status}, err
 		},
 	}
+	// A real controller uses statuspatch.NewStatusPatcherForConfig.
+	patcher := statuspatch.PatcherFunc[statuspatch.MergePatch](func(ctx context.Context, p statuspatch.MergePatch) error {
+		body, err := p.Body()
+		fmt.Printf("PATCH %s/%s/status %s\n", p.Namespace, p.Name, body)
+		return err
+	})
 
-	queue, err := statuspatch.NewPatchQueue(statuspatch.QueueConfig[statuspatch.Patch[statuspatch.MergePatch]]{
-		// One patch in flight at ≈144 patches/s fills a 10 s interval.
-		Capacity: statuspatch.SuggestCapacity(10*time.Second, time.Second/144, 0, 1),
-		Key:      statuspatch.PatchKey[statuspatch.MergePatch],
-	})
+	// One Options for the three parts. One call in flight makes the
+	// output's order fixed; the default (0) adapts to the server.
+	opts := statuspatch.Options{Name: "widgets", Capacity: 1000, Interval: 10 * time.Second, Workers: 1}
+	queue, err := statuspatch.NewPatchQueue[types.NamespacedName](opts)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	reconciler, err := statuspatch.NewReconciler(statuspatch.ReconcilerConfig[*exampleWidget, []metav1.Condition, statuspatch.MergePatch]{
-		Source: source, Computer: computer, Queue: queue, Leader: exampleLeader{},
-		Interval: 10 * time.Second,
-	})
+	reconciler, err := statuspatch.NewReconciler(source, computer, queue, exampleLeader{}, opts)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	dispatcher, err := statuspatch.NewDispatcher(statuspatch.DispatcherConfig[statuspatch.MergePatch]{
-		Queue: queue, Leader: exampleLeader{}, PatchTimeout: 5 * time.Second,
-		// A real controller uses statuspatch.NewDynamicStatusPatcher.
-		Patcher: statuspatch.PatcherFunc[statuspatch.MergePatch](func(ctx context.Context, p statuspatch.MergePatch) error {
-			body, err := p.Body()
-			fmt.Printf("PATCH %s/%s/status %s\n", p.Namespace, p.Name, body)
-			return err
-		}),
-	})
+	dispatcher, err := statuspatch.NewDispatcher(queue, source, computer, patcher, exampleLeader{}, opts)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -134,32 +139,21 @@ func ExampleReconciler() {
 
 	ctx := context.Background()
 	res, err := reconciler.ReconcileAll(ctx)
-	fmt.Printf("pass: %d objects, %d unchanged, %d patches queued, err=%v\n", res.Objects, res.Unchanged, res.Changed, err)
+	fmt.Printf("pass: %d objects, %d unchanged, %d keys queued, err=%v\n", res.Objects, res.Unchanged, res.Changed, err)
+	// a changes again before its key is served: its patch carries the
+	// newer generation and resourceVersion.
+	source[types.NamespacedName{Namespace: "demo", Name: "a"}] = &exampleWidget{Namespace: "demo", Name: "a",
+		ResourceVersion: "14", Generation: 3, Conditions: []metav1.Condition{ready(1)}}
 	queue.Close()
 	if err := dispatcher.Run(ctx); err != nil {
 		fmt.Println(err)
 	}
+	fmt.Println("patches ok:", dispatcher.Stats().Patches[outcome.OK])
 	// Output:
-	// pass: 3 objects, 1 unchanged, 2 patches queued, err=<nil>
-	// PATCH demo/a/status {"metadata":{"resourceVersion":"11"},"status":{"conditions":[{"type":"Ready","status":"True","observedGeneration":2,"lastTransitionTime":"2026-01-01T00:00:00Z","reason":"Reconciled","message":""}]}}
+	// pass: 3 objects, 1 unchanged, 2 keys queued, err=<nil>
+	// PATCH demo/a/status {"metadata":{"resourceVersion":"14"},"status":{"conditions":[{"type":"Ready","status":"True","observedGeneration":3,"lastTransitionTime":"2026-01-01T00:00:00Z","reason":"Reconciled","message":""}]}}
 	// PATCH demo/c/status {"metadata":{"resourceVersion":"13"},"status":{"conditions":[{"type":"Ready","status":"True","observedGeneration":1,"lastTransitionTime":"2026-01-01T01:00:00Z","reason":"Reconciled","message":""}]}}
-}
-
-// Capacity and interval go together: the queue should hold what the API
-// server absorbs in one interval, and the client's rate limiter is part of
-// the per-patch latency.
-func ExampleSuggestCapacity() {
-	interval := 10 * time.Second
-	// Measured: one patch in flight ≈ 144 patches/s, client limiter off.
-	fmt.Println(statuspatch.SuggestCapacity(interval, time.Second/144, 0, 1))
-	// The same server behind client-go's default limiter (QPS 5).
-	fmt.Println(statuspatch.SuggestCapacity(interval, time.Second/144, 5, 1))
-	// Four in flight ≈ 265 patches/s in total: per-patch latency 4/265 s.
-	fmt.Println(statuspatch.SuggestCapacity(interval, 4*time.Second/265, 0, 4))
-	// Output:
-	// 1440
-	// 50
-	// 2650
+	// patches ok: 2
 }
 
 // The ready patcher sends a JSON merge patch of the status subresource with

@@ -81,7 +81,7 @@ type limiter struct {
 	probeSaved  float64       // during a probe round, the limit to restore; else 0
 	lastBackoff time.Time
 	blockUntil  time.Time     // no call before (Retry-After)
-	windowed    chan struct{} // closed and replaced when blockUntil moves later: waiters set their timer again
+	windowed    chan struct{} // closed and replaced when blockUntil moves later
 	retryAfters int64         // Retry-After waits honoured
 }
 
@@ -138,12 +138,14 @@ func (l *limiter) acquire(ctx context.Context) error {
 			t = l.clk.NewTimer(wait)
 			timer = t.C()
 		}
+		// A window opened while we wait ends after our timer, if any:
+		// nobody else would grant a permit at its end.
 		windowed := l.windowed
 		l.mu.Unlock()
 		select {
 		case <-ch:
 		case <-timer:
-		case <-windowed: // a window opened while we waited for room
+		case <-windowed:
 		case <-ctx.Done():
 		}
 		if t != nil {
@@ -206,7 +208,7 @@ func (l *limiter) release() {
 // begin starts a call under epoch with a permit held, at the moment it is
 // made: it returns how long to wait first if a Retry-After window is open,
 // or the reason the call may not be made under epoch.
-func (l *limiter) begin(epoch int64, now time.Time) (c call, wait time.Duration, reason DropReason) {
+func (l *limiter) begin(epoch int64, now time.Time) (c call, wait time.Duration, reason string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if now.Before(l.blockUntil) {
@@ -216,13 +218,13 @@ func (l *limiter) begin(epoch int64, now time.Time) (c call, wait time.Duration,
 	case l.cur == nil || epoch > l.cur.epoch:
 		l.advanceLocked(epoch)
 	case epoch < l.cur.epoch:
-		return call{}, 0, DropStaleEpoch
+		return call{}, 0, dropStaleEpoch
 	}
 	switch {
 	case l.cur.quiesced:
-		return call{}, 0, DropReleased
+		return call{}, 0, dropReleased
 	case l.cur.ended:
-		return call{}, 0, DropNotLeader
+		return call{}, 0, dropNotLeader
 	}
 	l.calls++
 	l.nextID++
@@ -298,7 +300,8 @@ func (l *limiter) quiesce(ctx context.Context, epoch int64) bool {
 	case epoch < l.cur.epoch:
 		return false // calls were made under a newer epoch
 	}
-	l.cur.quiesced = true
+	ec := l.cur
+	ec.quiesced = true
 	for len(l.since) > 0 {
 		idle := l.idle
 		l.mu.Unlock()
@@ -311,7 +314,8 @@ func (l *limiter) quiesce(ctx context.Context, epoch int64) bool {
 			return false
 		}
 	}
-	return !l.cur.unanswered
+	// A newer epoch seen meanwhile made calls under a newer epoch, as above.
+	return l.cur == ec && !ec.unanswered
 }
 
 // oldestCall returns when the oldest call in flight began (unix nanos), or 0.

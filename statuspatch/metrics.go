@@ -105,6 +105,7 @@ type queueInstruments struct {
 	peak  *ewma.Gauge
 	wait  metric.Float64Histogram
 	opts  metric.MeasurementOption
+	rec   []metric.RecordOption // opts, made once: a variadic argument built per call allocates
 }
 
 func newQueueInstruments[K comparable](o Options, q *PatchQueue[K]) (*queueInstruments, error) {
@@ -117,6 +118,7 @@ func newQueueInstruments[K comparable](o Options, q *PatchQueue[K]) (*queueInstr
 		return nil, err
 	}
 	qi := &queueInstruments{clock: o.Clock, peak: peak, opts: in.set()}
+	qi.rec = []metric.RecordOption{qi.opts}
 	qi.wait = in.histogram("quietpatch.queue.wait", "Time a key waited in the queue: from its first add to its delivery.", waitBuckets...)
 	enq := in.counter("quietpatch.queue.enqueued", "{key}", "Keys added, including those that were waiting already (superseded).")
 	deq := in.counter("quietpatch.queue.dequeued", "{key}", "Keys delivered to a worker.")
@@ -150,7 +152,7 @@ func (qi *queueInstruments) depth(now time.Time, depth int) {
 
 func (qi *queueInstruments) waited(now, since time.Time) {
 	if qi != nil {
-		qi.wait.Record(context.Background(), now.Sub(since).Seconds(), qi.opts)
+		qi.wait.Record(context.Background(), now.Sub(since).Seconds(), qi.rec...)
 	}
 }
 
@@ -243,9 +245,9 @@ func newDispatchInstruments(o Options, stats func() DispatcherStats) (*dispatchI
 		outSets[oc] = in.set(attribute.String(outcomeAttr, string(oc)))
 		di.opts[oc] = outSets[oc]
 	}
-	dropSets := map[DropReason]metric.MeasurementOption{}
-	for _, r := range DropReasons() {
-		dropSets[r] = in.set(attribute.String(reasonAttr, string(r)))
+	dropSets := map[string]metric.MeasurementOption{}
+	for _, r := range dropReasons {
+		dropSets[r] = in.set(attribute.String(reasonAttr, r))
 	}
 	plain := in.set()
 	return di, in.register(func(_ context.Context, ob metric.Observer) error {

@@ -16,14 +16,12 @@ import (
 
 // Defaults of [Options].
 const (
-	DefaultName         = "quietpatch"
-	DefaultCapacity     = 50_000
-	DefaultInterval     = 10 * time.Second
-	DefaultMaxInFlight  = 64
-	DefaultPatchTimeout = 5 * time.Second
-	// DefaultClaimMargin is the least margin of claim a call needs when
-	// Options.ClaimMargin is zero.
-	DefaultClaimMargin = 250 * time.Millisecond
+	defaultName         = "quietpatch"
+	defaultCapacity     = 50_000
+	defaultInterval     = 10 * time.Second
+	defaultMaxInFlight  = 64
+	defaultPatchTimeout = 5 * time.Second
+	minClaimMargin      = 250 * time.Millisecond
 )
 
 // maxInFlight bounds Workers and MaxInFlight: far above what an API server
@@ -52,24 +50,23 @@ var (
 // fields it needs.
 type Options struct {
 	// Name is the value of the pipeline attribute on every instrument and
-	// log record. Default [DefaultName].
+	// log record. Default "quietpatch".
 	Name string
 	// Capacity bounds each lane of the queue: keys waiting plus
-	// reservations. Default [DefaultCapacity].
+	// reservations. Default 50,000 (a key costs about 100 bytes).
 	Capacity int
-	// Interval between full passes while leader. Default [DefaultInterval].
+	// Interval between full passes while leader. Default 10s.
 	Interval time.Duration
 	// Workers fixes the number of patch calls in flight, 1 to 1024. Zero
 	// (the default) makes it adaptive, between 1 and MaxInFlight.
 	Workers int
-	// MaxInFlight bounds the adaptive limit. Default [DefaultMaxInFlight].
+	// MaxInFlight bounds the adaptive limit. Default 64.
 	MaxInFlight int
 	// PatchTimeout bounds every patch call; the claim left bounds it
-	// further. Default [DefaultPatchTimeout].
+	// further. Default 5s.
 	PatchTimeout time.Duration
 	// ClaimMargin: no call starts with less of the claim left. Zero means
-	// twice the latency estimate, within [DefaultClaimMargin] and
-	// PatchTimeout/2.
+	// twice the latency estimate, within 250ms and PatchTimeout/2.
 	ClaimMargin time.Duration
 	// DiffOptions are the go-cmp options of the debug-level diff logged
 	// for every patch, e.g. conditions.IgnoreTransitionTime().
@@ -91,32 +88,32 @@ func (o Options) complete() (Options, error) {
 	}
 	switch {
 	case o.Capacity < 0:
-		return bad("Capacity", "must be >= 0 (0 means %d), got %d", DefaultCapacity, o.Capacity)
+		return bad("Capacity", "must be >= 0 (0 means %d), got %d", defaultCapacity, o.Capacity)
 	case o.Interval < 0:
-		return bad("Interval", "must be >= 0 (0 means %s), got %s", DefaultInterval, o.Interval)
+		return bad("Interval", "must be >= 0 (0 means %s), got %s", defaultInterval, o.Interval)
 	case o.Workers < 0 || o.Workers > maxInFlight:
 		return bad("Workers", "must be between 0 (adaptive) and %d, got %d", maxInFlight, o.Workers)
 	case o.MaxInFlight < 0 || o.MaxInFlight > maxInFlight:
-		return bad("MaxInFlight", "must be between 0 (meaning %d) and %d, got %d", DefaultMaxInFlight, maxInFlight, o.MaxInFlight)
+		return bad("MaxInFlight", "must be between 0 (meaning %d) and %d, got %d", defaultMaxInFlight, maxInFlight, o.MaxInFlight)
 	case o.PatchTimeout < 0:
-		return bad("PatchTimeout", "must be >= 0 (0 means %s), got %s", DefaultPatchTimeout, o.PatchTimeout)
+		return bad("PatchTimeout", "must be >= 0 (0 means %s), got %s", defaultPatchTimeout, o.PatchTimeout)
 	case o.ClaimMargin < 0:
 		return bad("ClaimMargin", "must be >= 0 (0 means automatic), got %s", o.ClaimMargin)
 	}
 	if o.Name == "" {
-		o.Name = DefaultName
+		o.Name = defaultName
 	}
 	if o.Capacity == 0 {
-		o.Capacity = DefaultCapacity
+		o.Capacity = defaultCapacity
 	}
 	if o.Interval == 0 {
-		o.Interval = DefaultInterval
+		o.Interval = defaultInterval
 	}
 	if o.MaxInFlight == 0 {
-		o.MaxInFlight = DefaultMaxInFlight
+		o.MaxInFlight = defaultMaxInFlight
 	}
 	if o.PatchTimeout == 0 {
-		o.PatchTimeout = DefaultPatchTimeout
+		o.PatchTimeout = defaultPatchTimeout
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

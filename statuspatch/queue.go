@@ -11,7 +11,7 @@ import (
 // informer handler) before keys of periodic passes.
 type Lane uint8
 
-// The lanes of a [PatchQueue].
+// The lanes of a [PatchQueue]; any other value counts as LanePass.
 const (
 	LaneFresh Lane = iota
 	LanePass
@@ -48,7 +48,7 @@ type PatchQueue[K comparable] struct {
 	seq      uint64
 	burst    int // fresh keys served in a row while pass keys waited
 	closed   bool
-	ready    chan struct{} // closed and replaced when a key becomes ready
+	ready    chan struct{} // made by a waiting Get; closed (and cleared) when a key becomes ready
 	rooms    []room
 	stats    QueueStats
 }
@@ -102,81 +102,17 @@ func NewPatchQueue[K comparable](opts Options) (*PatchQueue[K], error) {
 	if err != nil {
 		return nil, err
 	}
-	q := &PatchQueue[K]{capacity: opts.Capacity, waiting: map[K]waiter{}, held: map[K]struct{}{}, ready: make(chan struct{})}
+	q := &PatchQueue[K]{capacity: opts.Capacity, waiting: map[K]waiter{}, held: map[K]struct{}{}}
 	if q.inst, err = newQueueInstruments(opts, q); err != nil {
 		return nil, err
 	}
 	return q, nil
 }
 
-// A Permit is a slot of one lane reserved by [PatchQueue.Reserve]: send a
-// key into it or release it, once. Later uses do nothing (Send returns
-// ErrClosed).
-type Permit[K comparable] struct {
-	q    *PatchQueue[K]
-	lane Lane
-	used *bool
-}
-
-// Reserve takes a slot of lane l, or fails at once with ErrFull or
-// ErrClosed.
-func (q *PatchQueue[K]) Reserve(l Lane) (Permit[K], error) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if err := q.admitLocked(l); err != nil {
-		return Permit[K]{}, err
-	}
-	q.lanes[l].count++
-	q.lanes[l].reserved++
-	return Permit[K]{q: q, lane: l, used: new(bool)}, nil
-}
-
-// Send adds key to the permit's lane in the reserved slot; a key that
-// waits already gives the slot back.
-func (p Permit[K]) Send(key K) error {
-	if p.q == nil {
-		return ErrClosed
-	}
-	q := p.q
-	q.mu.Lock()
-	if *p.used {
-		q.mu.Unlock()
-		return ErrClosed
-	}
-	q.unreserveLocked(p)
-	if q.closed {
-		q.stats.DroppedClosed++
-		q.mu.Unlock()
-		return ErrClosed
-	}
-	now, depth := q.insertLocked(key, p.lane)
-	q.mu.Unlock()
-	q.inst.depth(now, depth)
-	return nil
-}
-
-// Release gives the slot back.
-func (p Permit[K]) Release() {
-	if p.q == nil {
-		return
-	}
-	p.q.mu.Lock()
-	defer p.q.mu.Unlock()
-	if !*p.used {
-		p.q.unreserveLocked(p)
-		p.q.wakeRoomsLocked()
-	}
-}
-
-func (q *PatchQueue[K]) unreserveLocked(p Permit[K]) {
-	*p.used = true
-	q.lanes[p.lane].count--
-	q.lanes[p.lane].reserved--
-}
-
 // Add adds key to lane l at once, or fails with ErrFull or ErrClosed. A
 // key that waits already needs no slot.
 func (q *PatchQueue[K]) Add(key K, l Lane) error {
+	l = min(l, LanePass)
 	q.mu.Lock()
 	if _, waits := q.waiting[key]; !waits || q.closed {
 		if err := q.admitLocked(l); err != nil {
@@ -245,8 +181,17 @@ func (q *PatchQueue[K]) pushLocked(key K, w waiter) {
 	}
 	ln.fifo = append(ln.fifo, entry[K]{key, w.seq})
 	ln.live++
-	close(q.ready)
-	q.ready = make(chan struct{})
+	q.wakeGettersLocked()
+}
+
+// wakeGettersLocked wakes the consumers waiting in Get, if any: the channel
+// is made only when one waits, so a key added with nobody waiting costs no
+// allocation.
+func (q *PatchQueue[K]) wakeGettersLocked() {
+	if q.ready != nil {
+		close(q.ready)
+		q.ready = nil
+	}
 }
 
 // compactLocked drops the served and dead entries of a lane.
@@ -298,12 +243,16 @@ func (q *PatchQueue[K]) Get(ctx context.Context) (K, error) {
 			q.inst.waited(now, w.since)
 			return key, nil
 		}
-		closed, ready := q.closed && len(q.waiting) == 0, q.ready
-		q.mu.Unlock()
 		var zero K
-		if closed {
+		if q.closed && len(q.waiting) == 0 {
+			q.mu.Unlock()
 			return zero, ErrClosed
 		}
+		if q.ready == nil {
+			q.ready = make(chan struct{})
+		}
+		ready := q.ready
+		q.mu.Unlock()
 		select {
 		case <-ready:
 		case <-ctx.Done():
@@ -341,6 +290,7 @@ func (q *PatchQueue[K]) Done(key K) {
 // Room returns a channel closed once lane has at least free slots free,
 // or the queue is closed.
 func (q *PatchQueue[K]) Room(l Lane, free int) <-chan struct{} {
+	l = min(l, LanePass)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	r := room{lane: l, free: free, ch: make(chan struct{})}
@@ -369,17 +319,9 @@ func (q *PatchQueue[K]) Close() {
 	defer q.mu.Unlock()
 	if !q.closed {
 		q.closed = true
-		close(q.ready)
-		q.ready = make(chan struct{})
+		q.wakeGettersLocked()
 		q.wakeRoomsLocked()
 	}
-}
-
-// Len returns the number of keys waiting.
-func (q *PatchQueue[K]) Len() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.waiting)
 }
 
 // Cap returns the capacity of each lane.

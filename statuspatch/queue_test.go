@@ -4,816 +4,628 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"go.opentelemetry.io/otel/metric/noop"
-	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch"
 )
 
-// Items in these tests are strings "key#value"; the key is what precedes
-// the '#'.
-func queueTestKey(s string) string {
-	k, _, _ := strings.Cut(s, "#")
-	return k
-}
+const (
+	fresh = statuspatch.LaneFresh
+	pass  = statuspatch.LanePass
+)
 
-var queueT0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-
-func TestNewPatchQueueConfig(t *testing.T) {
-	for _, tc := range []struct {
-		label   string
-		cfg     statuspatch.QueueConfig[string]
-		wantErr string // "" means valid
-	}{
-		{label: "minimal", cfg: statuspatch.QueueConfig[string]{Capacity: 1}},
-		{label: "everything", cfg: statuspatch.QueueConfig[string]{
-			Capacity: 10, Key: queueTestKey, MaxAge: time.Second, Name: "q",
-			Meter: noop.NewMeterProvider().Meter("t"), Clock: testingclock.NewFakePassiveClock(queueT0), DepthTau: time.Minute}},
-		{label: "zero capacity", cfg: statuspatch.QueueConfig[string]{},
-			wantErr: "statuspatch: QueueConfig.Capacity must be > 0, got 0"},
-		{label: "negative capacity", cfg: statuspatch.QueueConfig[string]{Capacity: -3},
-			wantErr: "statuspatch: QueueConfig.Capacity must be > 0, got -3"},
-		{label: "huge capacity", cfg: statuspatch.QueueConfig[string]{Capacity: 1 << 31},
-			wantErr: "statuspatch: QueueConfig.Capacity must be <= 2147483647, got 2147483648"},
-		{label: "negative MaxAge", cfg: statuspatch.QueueConfig[string]{Capacity: 1, MaxAge: -time.Second},
-			wantErr: "statuspatch: QueueConfig.MaxAge must be >= 0, got -1s"},
-		{label: "negative DepthTau", cfg: statuspatch.QueueConfig[string]{Capacity: 1, DepthTau: -time.Millisecond},
-			wantErr: "statuspatch: QueueConfig.DepthTau must be >= 0, got -1ms"},
-	} {
-		t.Run(tc.label, func(t *testing.T) {
-			q, err := statuspatch.NewPatchQueue(tc.cfg)
-			if tc.wantErr == "" {
-				if err != nil {
-					t.Fatalf("NewPatchQueue: unexpected error %v", err)
-				}
-				if q.Cap() != tc.cfg.Capacity || q.Len() != 0 || q.InFlight() != 0 {
-					t.Errorf("new queue: Cap %d Len %d InFlight %d, want %d 0 0", q.Cap(), q.Len(), q.InFlight(), tc.cfg.Capacity)
-				}
-				q.Close()
-				return
-			}
-			if err == nil || err.Error() != tc.wantErr {
-				t.Fatalf("NewPatchQueue error = %v, want %q", err, tc.wantErr)
-			}
-			if q != nil {
-				t.Errorf("NewPatchQueue returned a queue with an error")
-			}
-		})
+// newTestQueue returns a queue of string keys with capacity c per lane,
+// closed at the end of the test.
+func newTestQueue(t testing.TB, c int) *statuspatch.PatchQueue[string] {
+	t.Helper()
+	q, err := statuspatch.NewPatchQueue[string](statuspatch.Options{Capacity: c})
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(q.Close)
+	return q
 }
 
-// queueStep is one step of a rule table. The op says what it does:
+// cancelledCtx is done already: Get with it never blocks.
+func cancelledCtx() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}
+
+// queueStep is one step of a rule table:
 //
-//	try     TrySend(item), expect err
-//	send    Send(cancelled ctx, item): never blocks; expect err
-//	reserve Reserve() into permit label, expect err
-//	psend   permits[label].Send(item), expect err
+//	add     Add(key, lane): expect err
+//	reserve Reserve(lane) into permit label: expect err
+//	send    permits[label].Send(key) (the zero Permit if label is unknown): expect err
 //	release permits[label].Release()
-//	recv    TryReceive(): expect item (want "" means nothing delivered), or err
-//	done    Done(the delivered item whose value is item)
+//	get     Get(a cancelled ctx): expect key, or err (context.Canceled when
+//	        nothing is ready, ErrClosed when closed and drained)
+//	done    Done(key)
 //	close   Close()
-//	tick    advance the fake clock by d
-//	check   expect Len()==n[0], InFlight()==n[1]
-//	stats   expect Stats()==stats
+//	cap     SetCapacity(n): expect an error if err is set
 type queueStep struct {
 	op    string
-	item  string
+	key   string
+	lane  statuspatch.Lane
 	label string
+	n     int
 	err   error
-	d     time.Duration
-	n     [2]int
-	stats statuspatch.QueueStats
 }
 
 func (s queueStep) String() string {
+	lane := map[statuspatch.Lane]string{fresh: "fresh", pass: "pass"}[s.lane]
 	switch s.op {
-	case "reserve", "release":
-		return fmt.Sprintf("%s(%s)", s.op, s.label)
-	case "psend":
-		return fmt.Sprintf("psend(%s, %q)", s.label, s.item)
-	case "tick":
-		return fmt.Sprintf("tick(%v)", s.d)
-	case "check":
-		return fmt.Sprintf("check(len=%d, inflight=%d)", s.n[0], s.n[1])
-	case "close", "stats":
-		return s.op
+	case "add":
+		return fmt.Sprintf("add(%s, %s)", s.key, lane)
+	case "reserve":
+		return fmt.Sprintf("reserve(%s, %s)", s.label, lane)
+	case "send":
+		return fmt.Sprintf("send(%s, %s)", s.label, s.key)
+	case "release":
+		return fmt.Sprintf("release(%s)", s.label)
+	case "get", "done":
+		return fmt.Sprintf("%s(%s)", s.op, s.key)
+	case "cap":
+		return fmt.Sprintf("cap(%d)", s.n)
 	}
-	return fmt.Sprintf("%s(%q)", s.op, s.item)
+	return s.op
 }
 
-func qTry(item string, err error) queueStep  { return queueStep{op: "try", item: item, err: err} }
-func qSend(item string, err error) queueStep { return queueStep{op: "send", item: item, err: err} }
-func qReserve(label string, err error) queueStep {
-	return queueStep{op: "reserve", label: label, err: err}
+func qAdd(key string, l statuspatch.Lane, err error) queueStep {
+	return queueStep{op: "add", key: key, lane: l, err: err}
 }
-func qPSend(label, item string, err error) queueStep {
-	return queueStep{op: "psend", label: label, item: item, err: err}
+func qReserve(label string, l statuspatch.Lane, err error) queueStep {
+	return queueStep{op: "reserve", label: label, lane: l, err: err}
 }
-func qRelease(label string) queueStep { return queueStep{op: "release", label: label} }
-func qRecv(want string) queueStep     { return queueStep{op: "recv", item: want} }
-func qRecvErr(err error) queueStep    { return queueStep{op: "recv", err: err} }
-func qDone(item string) queueStep     { return queueStep{op: "done", item: item} }
-func qClose() queueStep               { return queueStep{op: "close"} }
-func qTick(d time.Duration) queueStep { return queueStep{op: "tick", d: d} }
-func qCheck(waiting, inFlight int) queueStep {
-	return queueStep{op: "check", n: [2]int{waiting, inFlight}}
+func qSend(label, key string, err error) queueStep {
+	return queueStep{op: "send", label: label, key: key, err: err}
 }
-func qStats(s statuspatch.QueueStats) queueStep {
-	return queueStep{op: "stats", stats: s}
+func qRelease(label string) queueStep  { return queueStep{op: "release", label: label} }
+func qGet(key string) queueStep        { return queueStep{op: "get", key: key} }
+func qGetErr(err error) queueStep      { return queueStep{op: "get", err: err} }
+func qDone(key string) queueStep       { return queueStep{op: "done", key: key} }
+func qClose() queueStep                { return queueStep{op: "close"} }
+func qCap(n int, err error) queueStep  { return queueStep{op: "cap", n: n, err: err} }
+func qGets(keys ...string) []queueStep { return qMap(qGet, keys...) }
+func qAdds(l statuspatch.Lane, keys ...string) []queueStep {
+	return qMap(func(k string) queueStep { return qAdd(k, l, nil) }, keys...)
 }
 
+func qMap(f func(string) queueStep, keys ...string) []queueStep {
+	steps := make([]queueStep, len(keys))
+	for i, k := range keys {
+		steps[i] = f(k)
+	}
+	return steps
+}
+
+// qSeq numbers keys: qSeq("f", 1, 3) is f1, f2, f3.
+func qSeq(prefix string, from, to int) []string {
+	var keys []string
+	for i := from; i <= to; i++ {
+		keys = append(keys, prefix+strconv.Itoa(i))
+	}
+	return keys
+}
+
+// steps flattens steps and step lists.
+func steps(parts ...any) []queueStep {
+	var all []queueStep
+	for _, p := range parts {
+		switch p := p.(type) {
+		case queueStep:
+			all = append(all, p)
+		case []queueStep:
+			all = append(all, p...)
+		default:
+			panic(fmt.Sprintf("steps: %T", p))
+		}
+	}
+	return all
+}
+
+// queueRunner applies steps to a queue, keeping the permits by label.
+type queueRunner struct {
+	q       *statuspatch.PatchQueue[string]
+	permits map[string]statuspatch.Permit[string]
+}
+
+func newQueueRunner(t *testing.T, capacity int) *queueRunner {
+	return &queueRunner{q: newTestQueue(t, capacity), permits: map[string]statuspatch.Permit[string]{}}
+}
+
+// run applies steps, failing at the first step whose result differs from
+// what it expects.
+func (r *queueRunner) run(t *testing.T, steps []queueStep) {
+	t.Helper()
+	q, permits := r.q, r.permits
+	for i, s := range steps {
+		var err error
+		switch s.op {
+		case "add":
+			err = q.Add(s.key, s.lane)
+		case "reserve":
+			var p statuspatch.Permit[string]
+			p, err = q.Reserve(s.lane)
+			if err == nil {
+				permits[s.label] = p
+			}
+		case "send":
+			err = permits[s.label].Send(s.key)
+		case "release":
+			permits[s.label].Release()
+		case "get":
+			var key string
+			key, err = q.Get(cancelledCtx())
+			if s.key != "" && key != s.key {
+				t.Fatalf("step %d %v: got key %q (err %v)", i, s, key, err)
+			}
+			if s.key == "" && s.err == nil {
+				t.Fatalf("step %d: bad step, get without key or error", i)
+			}
+		case "done":
+			q.Done(s.key)
+		case "close":
+			q.Close()
+		case "cap":
+			err = q.SetCapacity(s.n)
+			if (err != nil) != (s.err != nil) {
+				t.Fatalf("step %d %v: error %v, want one: %v", i, s, err, s.err != nil)
+			}
+			continue
+		default:
+			t.Fatalf("step %d: unknown op %q", i, s.op)
+		}
+		if !errors.Is(err, s.err) || (err == nil) != (s.err == nil) {
+			t.Fatalf("step %d %v: error %v, want %v", i, s, err, s.err)
+		}
+	}
+}
+
+// TestQueueRules runs one table per rule of the PatchQueue documentation
+// and checks the Stats at the end of each.
 func TestQueueRules(t *testing.T) {
-	full, closed, invalid := statuspatch.ErrFull, statuspatch.ErrClosed, statuspatch.ErrInvalidPermit
+	full, closed, none := statuspatch.ErrFull, statuspatch.ErrClosed, context.Canceled
 	for _, tc := range []struct {
 		label    string
 		capacity int
-		keyless  bool
-		maxAge   time.Duration
 		steps    []queueStep
+		want     statuspatch.QueueStats
 	}{{
-		label: "FIFO across distinct keys", capacity: 4,
-		steps: []queueStep{
-			qTry("c#1", nil), qTry("a#1", nil), qTry("b#1", nil),
-			qRecv("c#1"), qRecv("a#1"), qRecv("b#1"), qRecv(""),
-			qCheck(0, 3),
-		},
+		label: "bound: Add fails with ErrFull at capacity, counted", capacity: 2,
+		steps: steps(qAdd("a", fresh, nil), qAdd("b", fresh, nil), qAdd("c", fresh, full),
+			qAdd("c", fresh, full)),
+		want: statuspatch.QueueStats{Enqueued: 2, DroppedFull: 2, Depth: 2, Fresh: 2},
 	}, {
-		label: "bounded: TrySend fails when full and counts the drop", capacity: 2,
-		steps: []queueStep{
-			qTry("a#1", nil), qTry("b#1", nil), qTry("c#1", full), qSend("c#1", context.Canceled),
-			qCheck(2, 0),
-			qStats(statuspatch.QueueStats{Enqueued: 2, DroppedFull: 2, Depth: 2}),
-			qRecv("a#1"), qTry("c#1", nil), qRecv("b#1"), qRecv("c#1"),
-		},
+		label: "bound: each lane has its own capacity", capacity: 1,
+		steps: steps(qAdd("a", fresh, nil), qAdd("b", pass, nil), qAdd("c", pass, full), qAdd("c", fresh, full)),
+		want:  statuspatch.QueueStats{Enqueued: 2, DroppedFull: 2, Depth: 2, Fresh: 1},
 	}, {
-		label: "items in flight hold no slot", capacity: 1,
-		steps: []queueStep{
-			qTry("a#1", nil), qRecv("a#1"), qTry("b#1", nil), qRecv("b#1"), qTry("c#1", nil),
-			qCheck(1, 2),
-		},
+		label: "bound: reservations take slots; Reserve fails with ErrFull at capacity", capacity: 2,
+		steps: steps(qReserve("p", fresh, nil), qAdd("a", fresh, nil), qReserve("q", fresh, full),
+			qAdd("b", fresh, full), qReserve("r", pass, nil)),
+		want: statuspatch.QueueStats{Enqueued: 1, DroppedFull: 2, Depth: 1, Fresh: 1, Reserved: 2},
 	}, {
-		label: "reservations count against capacity", capacity: 2,
-		steps: []queueStep{
-			qReserve("p", nil), qReserve("q", nil), qReserve("r", full), qTry("a#1", full),
-			qRelease("p"), qTry("a#1", nil), qTry("b#1", full),
-			qPSend("q", "b#1", nil), qCheck(2, 0),
-			qStats(statuspatch.QueueStats{Enqueued: 2, DroppedFull: 3, Depth: 2}),
-		},
+		label: "bound: a waiting key coalesces even at a full lane", capacity: 1,
+		steps: steps(qAdd("a", fresh, nil), qAdd("b", fresh, full), qAdd("a", fresh, nil), qAdd("a", pass, nil)),
+		want:  statuspatch.QueueStats{Enqueued: 3, Coalesced: 2, DroppedFull: 1, Depth: 1, Fresh: 1},
 	}, {
-		label: "coalescing: latest wins in place, counted superseded", capacity: 3,
-		steps: []queueStep{
-			qTry("a#1", nil), qTry("b#1", nil), qTry("a#2", nil), qSend("a#3", nil), qCheck(2, 0),
-			qRecv("a#3"), qRecv("b#1"),
-			qStats(statuspatch.QueueStats{Enqueued: 4, Dequeued: 2, Superseded: 2, InFlight: 2}),
-		},
+		label: "bound: a delivered key gives its slot back", capacity: 1,
+		steps: steps(qAdd("a", fresh, nil), qAdd("b", fresh, full), qGet("a"), qAdd("b", fresh, nil)),
+		want:  statuspatch.QueueStats{Enqueued: 2, Dequeued: 1, DroppedFull: 1, Depth: 1, Fresh: 1, Held: 1},
 	}, {
-		label: "coalescing works when full", capacity: 2,
-		steps: []queueStep{
-			qTry("a#1", nil), qTry("b#1", nil), qTry("c#1", full),
-			qTry("b#2", nil), qSend("a#2", nil), qRecv("a#2"), qRecv("b#2"),
-			qStats(statuspatch.QueueStats{Enqueued: 4, Dequeued: 2, Superseded: 2, DroppedFull: 1, InFlight: 2}),
-		},
+		label: "bound: a key added while held takes a slot", capacity: 1,
+		steps: steps(qAdd("a", fresh, nil), qGet("a"), qAdd("a", fresh, nil), qAdd("b", fresh, full)),
+		want:  statuspatch.QueueStats{Enqueued: 2, Dequeued: 1, DroppedFull: 1, Depth: 1, Fresh: 1, Held: 1},
 	}, {
-		label: "a permit used to coalesce gives its slot back", capacity: 2,
-		steps: []queueStep{
-			qTry("a#1", nil), qReserve("p", nil), qTry("b#1", full),
-			qPSend("p", "a#2", nil), qTry("b#1", nil), qCheck(2, 0),
-			qRecv("a#2"), qRecv("b#1"),
-		},
+		label: "permit: Send adds the key in the reserved slot", capacity: 1,
+		steps: steps(qReserve("p", pass, nil), qAdd("a", pass, full), qSend("p", "b", nil),
+			qAdd("a", pass, full), qGet("b")),
+		want: statuspatch.QueueStats{Enqueued: 1, Dequeued: 1, DroppedFull: 2, Held: 1},
 	}, {
-		label: "exclusivity: a key in flight is skipped until Done", capacity: 4,
-		steps: []queueStep{
-			qTry("a#1", nil), qRecv("a#1"),
-			qTry("a#2", nil), qTry("b#1", nil), qTry("a#3", nil),
-			qRecv("b#1"), qRecv(""), qCheck(1, 2),
-			qDone("a#1"), qRecv("a#3"), qRecv(""),
-			qDone("a#3"), qDone("b#1"), qCheck(0, 0),
-		},
+		label: "permit: a second Send is ErrClosed and harmless, not counted", capacity: 2,
+		steps: steps(qReserve("p", fresh, nil), qSend("p", "a", nil), qSend("p", "b", closed),
+			qRelease("p"), qAdd("c", fresh, nil), qAdd("d", fresh, full)),
+		want: statuspatch.QueueStats{Enqueued: 2, DroppedFull: 1, Depth: 2, Fresh: 2},
 	}, {
-		label: "exclusivity: a released key keeps its place in line", capacity: 4,
-		steps: []queueStep{
-			qTry("a#1", nil), qRecv("a#1"),
-			qTry("a#2", nil), qTry("b#1", nil), qTry("c#1", nil),
-			qRecv("b#1"), qDone("a#1"), qRecv("a#2"), qRecv("c#1"),
-		},
+		label: "permit: a second Release frees nothing more", capacity: 1,
+		steps: steps(qReserve("p", fresh, nil), qRelease("p"), qRelease("p"), qReserve("q", fresh, nil),
+			qAdd("a", fresh, full), qRelease("p"), qAdd("a", fresh, full), qSend("p", "a", closed)),
+		want: statuspatch.QueueStats{DroppedFull: 2, Reserved: 1},
 	}, {
-		label: "Done twice, or of the zero Item, does nothing", capacity: 2,
-		steps: []queueStep{
-			qTry("a#1", nil), qRecv("a#1"), qDone("a#1"), qDone("a#1"), qDone(""),
-			qTry("a#2", nil), qRecv("a#2"), qDone("a#1"), qCheck(0, 1),
-			qTry("a#3", nil), qRecv(""), qDone("a#2"), qRecv("a#3"),
-		},
+		label: "permit: Send of a waiting key coalesces and gives the slot back", capacity: 2,
+		steps: steps(qAdd("a", fresh, nil), qReserve("p", fresh, nil), qSend("p", "a", nil),
+			qAdd("b", fresh, nil), qAdd("c", fresh, full), qGets("a", "b")),
+		want: statuspatch.QueueStats{Enqueued: 3, Coalesced: 1, Dequeued: 2, DroppedFull: 1, Held: 2},
 	}, {
-		label: "without a key: no coalescing, no exclusivity", capacity: 3, keyless: true,
-		steps: []queueStep{
-			qTry("a#1", nil), qTry("a#2", nil), qTry("a#3", nil), qTry("a#4", full),
-			qRecv("a#1"), qRecv("a#2"), qDone("a#2"), qDone("a#2"), qCheck(1, 1), qRecv("a#3"),
-			qStats(statuspatch.QueueStats{Enqueued: 3, Dequeued: 3, DroppedFull: 1, InFlight: 2}),
-		},
+		label: "permit: Send after Close is ErrClosed, counted; the slot is freed", capacity: 1,
+		steps: steps(qReserve("p", fresh, nil), qReserve("q", pass, nil), qClose(), qSend("p", "a", closed),
+			qRelease("q"), qSend("q", "a", closed), qGetErr(closed)),
+		want: statuspatch.QueueStats{DroppedClosed: 1},
 	}, {
-		label: "permit used twice or zero", capacity: 2,
-		steps: []queueStep{
-			qReserve("p", nil), qPSend("p", "a#1", nil), qPSend("p", "a#2", invalid), qRelease("p"),
-			qPSend("zero", "b#1", invalid), qRelease("zero"),
-			qReserve("r", nil), qRelease("r"), qPSend("r", "c#1", invalid),
-			qCheck(1, 0), qRecv("a#1"),
-			qStats(statuspatch.QueueStats{Enqueued: 1, Dequeued: 1, InFlight: 1}),
-		},
+		label: "permit: the zero Permit sends nothing", capacity: 1,
+		steps: steps(qSend("nothing", "a", closed), qRelease("nothing"), qAdd("a", fresh, nil)),
+		want:  statuspatch.QueueStats{Enqueued: 1, Depth: 1, Fresh: 1},
 	}, {
-		label: "MaxAge: an item too old at dequeue is dropped", capacity: 4, maxAge: 10 * time.Second,
-		steps: []queueStep{
-			qTry("a#1", nil), qTick(5 * time.Second), qTry("b#1", nil),
-			qTick(6 * time.Second), qRecv("b#1"), qCheck(0, 1),
-			qTry("c#1", nil), qTick(10 * time.Second), qRecv("c#1"),
-			qStats(statuspatch.QueueStats{Enqueued: 3, Dequeued: 2, DroppedExpired: 1, InFlight: 2}),
-		},
+		label: "coalescing: a waiting key is added again without a slot, keeping its place", capacity: 2,
+		steps: steps(qAdds(fresh, "a", "b", "a", "a", "b"), qGets("a", "b"), qGetErr(none)),
+		want:  statuspatch.QueueStats{Enqueued: 5, Coalesced: 3, Dequeued: 2, Held: 2},
 	}, {
-		label: "MaxAge: coalescing renews the age", capacity: 4, maxAge: 10 * time.Second,
-		steps: []queueStep{
-			qTry("a#1", nil), qTick(8 * time.Second), qTry("a#2", nil), qTick(8 * time.Second), qRecv("a#2"),
-		},
+		label: "exclusivity: a held key is not delivered again until Done", capacity: 4,
+		steps: steps(qAdd("a", fresh, nil), qGet("a"), qAdd("a", fresh, nil), qGetErr(none),
+			qAdd("b", fresh, nil), qGet("b"), qGetErr(none), qDone("a"), qGet("a"), qGetErr(none)),
+		want: statuspatch.QueueStats{Enqueued: 3, Dequeued: 3, Held: 2},
 	}, {
-		label: "MaxAge: an item held back by its key expires too", capacity: 4, maxAge: 10 * time.Second,
-		steps: []queueStep{
-			qTry("a#1", nil), qRecv("a#1"), qTry("a#2", nil), qTry("b#1", nil),
-			qTick(11 * time.Second), qTry("c#1", nil), qRecv("c#1"), qCheck(0, 2),
-			qDone("a#1"), qRecv(""),
-			qStats(statuspatch.QueueStats{Enqueued: 4, Dequeued: 2, DroppedExpired: 2, InFlight: 1}),
-		},
+		label: "exclusivity: added many times while held, delivered once after Done", capacity: 1,
+		steps: steps(qAdd("a", pass, nil), qGet("a"), qAdds(pass, "a", "a", "a"), qGetErr(none),
+			qDone("a"), qGet("a"), qDone("a"), qGetErr(none)),
+		want: statuspatch.QueueStats{Enqueued: 4, Coalesced: 2, Dequeued: 2},
 	}, {
-		label: "MaxAge: nothing eligible, nothing expired", capacity: 4, maxAge: time.Second,
-		steps: []queueStep{
-			qTry("a#1", nil), qRecv("a#1"), qTry("a#2", nil), qTick(time.Minute), qRecv(""), qCheck(1, 1),
-			qDone("a#1"), qRecv(""), qCheck(0, 0),
-		},
+		label: "exclusivity: a key added while held joins the end of its lane at Done", capacity: 4,
+		steps: steps(qAdd("a", fresh, nil), qGet("a"), qAdd("a", fresh, nil), qAdd("b", fresh, nil),
+			qDone("a"), qAdd("c", fresh, nil), qGets("b", "a", "c")),
+		want: statuspatch.QueueStats{Enqueued: 4, Dequeued: 4, Held: 3},
 	}, {
-		label: "Close: producers are refused, consumers drain", capacity: 3,
-		steps: []queueStep{
-			qTry("a#1", nil), qTry("b#1", nil), qReserve("p", nil), qClose(), qClose(),
-			qTry("c#1", closed), qTry("a#2", closed), qSend("c#1", closed), qReserve("r", closed),
-			qPSend("p", "d#1", closed), qCheck(2, 0),
-			qRecv("a#1"), qRecv("b#1"), qRecvErr(closed),
-			qStats(statuspatch.QueueStats{Enqueued: 2, Dequeued: 2, DroppedClosed: 5, InFlight: 2}),
-		},
+		label: "exclusivity: Done of a key not held is harmless", capacity: 2,
+		steps: steps(qDone("x"), qAdd("a", fresh, nil), qDone("a"), qDone("a"), qGet("a"), qGetErr(none), qDone("a"), qDone("a")),
+		want:  statuspatch.QueueStats{Enqueued: 1, Dequeued: 1},
 	}, {
-		label: "Close: an item held back by its key is drained after Done", capacity: 3,
-		steps: []queueStep{
-			qTry("a#1", nil), qRecv("a#1"), qTry("a#2", nil), qClose(),
-			qRecv(""), qDone("a#1"), qRecv("a#2"), qRecvErr(closed),
-		},
+		label: "lanes: fresh keys before pass keys", capacity: 4,
+		steps: steps(qAdds(pass, "p1", "p2"), qAdds(fresh, "f1", "f2"), qGets("f1", "f2", "p1", "p2")),
+		want:  statuspatch.QueueStats{Enqueued: 4, Dequeued: 4, Held: 4},
+	}, {
+		label: "lanes: at most 8 fresh keys in a row while pass keys wait", capacity: 20,
+		steps: steps(qAdds(pass, "p1", "p2"), qAdds(fresh, qSeq("f", 1, 18)...),
+			qGets(qSeq("f", 1, 8)...), qGet("p1"), qGets(qSeq("f", 9, 16)...), qGet("p2"), qGets("f17", "f18")),
+		want: statuspatch.QueueStats{Enqueued: 20, Dequeued: 20, Held: 20},
+	}, {
+		label: "lanes: fresh keys served while no pass key waits do not count", capacity: 20,
+		steps: steps(qAdds(fresh, qSeq("f", 1, 12)...), qGets("f1", "f2", "f3"), qAdd("p", pass, nil),
+			qGets(qSeq("f", 4, 11)...), qGet("p"), qGet("f12")),
+		want: statuspatch.QueueStats{Enqueued: 13, Dequeued: 13, Held: 13},
+	}, {
+		label: "lanes: a pass key served resets the burst", capacity: 20,
+		steps: steps(qAdds(pass, "p1"), qAdds(fresh, qSeq("f", 1, 18)...), qGets(qSeq("f", 1, 8)...), qGet("p1"),
+			qAdd("p2", pass, nil), qGets(qSeq("f", 9, 16)...), qGet("p2"), qGets("f17", "f18")),
+		want: statuspatch.QueueStats{Enqueued: 20, Dequeued: 20, Held: 20},
+	}, {
+		label: "promotion: a waiting pass key added fresh moves to the fresh lane and frees its pass slot", capacity: 1,
+		steps: steps(qAdd("a", pass, nil), qAdd("b", pass, full), qAdd("a", fresh, nil), qAdd("b", pass, nil),
+			qAdd("c", fresh, full), qGets("a", "b")),
+		want: statuspatch.QueueStats{Enqueued: 3, Coalesced: 1, Dequeued: 2, DroppedFull: 2, Held: 2},
+	}, {
+		label: "promotion: the moved key is served with the fresh keys, at the end of their lane", capacity: 4,
+		steps: steps(qAdds(pass, "p1", "p2"), qAdd("f1", fresh, nil), qAdd("p2", fresh, nil), qAdd("f2", fresh, nil),
+			qGets("f1", "p2", "f2", "p1")),
+		want: statuspatch.QueueStats{Enqueued: 5, Coalesced: 1, Dequeued: 4, Held: 4},
+	}, {
+		label: "promotion: no move while the fresh lane is full", capacity: 1,
+		steps: steps(qAdd("f", fresh, nil), qAdd("a", pass, nil), qAdd("a", fresh, nil), qAdd("b", pass, full),
+			qGets("f", "a")),
+		want: statuspatch.QueueStats{Enqueued: 3, Coalesced: 1, Dequeued: 2, DroppedFull: 1, Held: 2},
+	}, {
+		label: "promotion: a reservation counts against the fresh lane", capacity: 1,
+		steps: steps(qReserve("p", fresh, nil), qAdd("a", pass, nil), qAdd("a", fresh, nil), qAdd("b", pass, full)),
+		want:  statuspatch.QueueStats{Enqueued: 2, Coalesced: 1, DroppedFull: 1, Depth: 1, Reserved: 1},
+	}, {
+		label: "promotion: through a fresh permit", capacity: 1,
+		steps: steps(qAdd("a", pass, nil), qReserve("p", fresh, nil), qSend("p", "a", nil), qAdd("b", pass, nil)),
+		want:  statuspatch.QueueStats{Enqueued: 3, Coalesced: 1, Depth: 2, Fresh: 1},
+	}, {
+		label: "promotion: a key held back (added while held) moves too, served fresh after Done", capacity: 4,
+		steps: steps(qAdd("p", pass, nil), qAdd("a", fresh, nil), qGet("a"), qAdd("a", pass, nil), qAdd("a", fresh, nil),
+			qDone("a"), qGets("a", "p")),
+		want: statuspatch.QueueStats{Enqueued: 4, Coalesced: 1, Dequeued: 3, Held: 2},
+	}, {
+		label: "promotion: a fresh key added to the pass lane stays fresh", capacity: 1,
+		steps: steps(qAdd("a", fresh, nil), qAdd("a", pass, nil), qAdd("b", pass, nil)),
+		want:  statuspatch.QueueStats{Enqueued: 3, Coalesced: 1, Depth: 2, Fresh: 1},
+	}, {
+		label: "close: producers are refused, counted", capacity: 2,
+		steps: steps(qClose(), qAdd("a", fresh, closed), qAdd("b", pass, closed), qReserve("p", fresh, closed),
+			qSend("p", "a", closed), qGetErr(closed)),
+		want: statuspatch.QueueStats{DroppedClosed: 3},
+	}, {
+		label: "close: a waiting key added again is refused, not coalesced", capacity: 2,
+		steps: steps(qAdd("a", fresh, nil), qClose(), qAdd("a", fresh, closed)),
+		want:  statuspatch.QueueStats{Enqueued: 1, DroppedClosed: 1, Depth: 1, Fresh: 1},
+	}, {
+		label: "close: consumers drain, in lane order, then ErrClosed", capacity: 2,
+		steps: steps(qAdd("p", pass, nil), qAdd("f", fresh, nil), qClose(), qGets("f", "p"), qGetErr(closed), qGetErr(closed)),
+		want:  statuspatch.QueueStats{Enqueued: 2, Dequeued: 2, Held: 2},
+	}, {
+		label: "close: a key added while held is drained after Done", capacity: 2,
+		steps: steps(qAdd("a", fresh, nil), qGet("a"), qAdd("a", fresh, nil), qClose(), qGetErr(none),
+			qDone("a"), qGet("a"), qGetErr(closed)),
+		want: statuspatch.QueueStats{Enqueued: 2, Dequeued: 2, Held: 1},
+	}, {
+		label: "close: twice is harmless", capacity: 1,
+		steps: steps(qAdd("a", fresh, nil), qClose(), qClose(), qGet("a"), qGetErr(closed)),
+		want:  statuspatch.QueueStats{Enqueued: 1, Dequeued: 1, Held: 1},
+	}, {
+		label: "capacity: a shrink keeps the keys waiting and refuses new ones", capacity: 3,
+		steps: steps(qAdds(fresh, "a", "b", "c"), qCap(1, nil), qAdd("d", fresh, full), qAdd("a", fresh, nil),
+			qGets("a", "b"), qAdd("d", fresh, full), qGet("c"), qAdd("d", fresh, nil), qAdd("e", fresh, full)),
+		want: statuspatch.QueueStats{Enqueued: 5, Coalesced: 1, Dequeued: 3, DroppedFull: 3, Depth: 1, Fresh: 1, Held: 3},
+	}, {
+		label: "capacity: a growth admits more at once", capacity: 1,
+		steps: steps(qAdd("a", pass, nil), qAdd("b", pass, full), qCap(2, nil), qAdd("b", pass, nil), qAdd("c", pass, full)),
+		want:  statuspatch.QueueStats{Enqueued: 2, DroppedFull: 2, Depth: 2},
+	}, {
+		label: "capacity: below 1 is rejected and changes nothing", capacity: 1,
+		steps: steps(qCap(0, errors.New("")), qCap(-1, errors.New("")), qAdd("a", fresh, nil), qAdd("b", fresh, full)),
+		want:  statuspatch.QueueStats{Enqueued: 1, DroppedFull: 1, Depth: 1, Fresh: 1},
+	}, {
+		label: "stats: Depth counts keys held back, Fresh those of the fresh lane", capacity: 4,
+		steps: steps(qAdd("a", fresh, nil), qAdd("b", pass, nil), qGets("a", "b"), qAdd("a", fresh, nil), qAdd("b", pass, nil),
+			qAdd("c", fresh, nil), qReserve("p", pass, nil), qReserve("q", fresh, nil)),
+		want: statuspatch.QueueStats{Enqueued: 5, Dequeued: 2, Depth: 3, Fresh: 2, Held: 2, Reserved: 2},
 	}} {
 		t.Run(tc.label, func(t *testing.T) {
-			clk := testingclock.NewFakePassiveClock(queueT0)
-			cfg := statuspatch.QueueConfig[string]{Capacity: tc.capacity, Key: queueTestKey, MaxAge: tc.maxAge, Clock: clk}
-			if tc.keyless {
-				cfg.Key = nil
+			r := newQueueRunner(t, tc.capacity)
+			r.run(t, tc.steps)
+			if d := cmp.Diff(tc.want, r.q.Stats()); d != "" {
+				t.Errorf("Stats (-want +got):\n%s", d)
 			}
-			q, err := statuspatch.NewPatchQueue(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			permits := map[string]statuspatch.Permit[string]{}
-			delivered := map[string]statuspatch.Item[string]{}
-			cancelled, cancel := context.WithCancel(context.Background())
-			cancel()
-			for i, s := range tc.steps {
-				var err error
-				switch s.op {
-				case "try":
-					err = q.TrySend(s.item)
-				case "send":
-					err = q.Send(cancelled, s.item)
-				case "reserve":
-					permits[s.label], err = q.Reserve()
-				case "psend":
-					err = permits[s.label].Send(s.item)
-				case "release":
-					permits[s.label].Release()
-				case "recv":
-					it, ok, rerr := q.TryReceive()
-					err = rerr
-					got := ""
-					if ok {
-						got = it.Value
-						delivered[got] = it
-						if cfg.Key != nil && it.Key() != cfg.Key(got) {
-							t.Errorf("step %d %v: Key() = %q, want %q", i, s, it.Key(), cfg.Key(got))
-						}
-					}
-					if got != s.item {
-						t.Fatalf("step %d %v: received %q, want %q", i, s, got, s.item)
-					}
-				case "done":
-					q.Done(delivered[s.item])
-				case "close":
-					q.Close()
-				case "tick":
-					clk.SetTime(clk.Now().Add(s.d))
-				case "check":
-					if l, f := q.Len(), q.InFlight(); l != s.n[0] || f != s.n[1] {
-						t.Fatalf("step %d %v: Len %d InFlight %d", i, s, l, f)
-					}
-				case "stats":
-					if d := cmp.Diff(s.stats, q.Stats()); d != "" {
-						t.Fatalf("step %d %v: Stats (-want +got):\n%s", i, s, d)
-					}
-				default:
-					t.Fatalf("step %d: unknown op %q", i, s.op)
-				}
-				if !errors.Is(err, s.err) || (err == nil) != (s.err == nil) {
-					t.Fatalf("step %d %v: error %v, want %v", i, s, err, s.err)
-				}
-				st := q.Stats()
-				if st.Depth+st.Reserved > q.Cap() {
-					t.Fatalf("step %d %v: %d waiting + %d reserved exceed capacity %d", i, s, st.Depth, st.Reserved, q.Cap())
-				}
-				if st.Enqueued != st.Dequeued+st.Superseded+st.DroppedExpired+int64(st.Depth) {
-					t.Fatalf("step %d %v: counters do not add up: %+v", i, s, st)
-				}
-			}
-			q.Close()
 		})
 	}
 }
 
-func TestQueueEnqueuedTime(t *testing.T) {
-	clk := testingclock.NewFakePassiveClock(queueT0)
-	q, err := statuspatch.NewPatchQueue(statuspatch.QueueConfig[string]{Capacity: 2, Key: queueTestKey, Clock: clk})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
-	if err := q.TrySend("a#1"); err != nil {
-		t.Fatal(err)
-	}
-	clk.SetTime(queueT0.Add(time.Second))
-	if err := q.TrySend("a#2"); err != nil {
-		t.Fatal(err)
-	}
-	clk.SetTime(queueT0.Add(time.Minute))
-	it, ok, err := q.TryReceive()
-	if !ok || err != nil {
-		t.Fatalf("TryReceive = %v, %v", ok, err)
-	}
-	if want := queueT0.Add(time.Second); !it.Enqueued.Equal(want) {
-		t.Errorf("Enqueued = %v, want the time of the latest value %v", it.Enqueued, want)
-	}
-}
-
-func TestQueueEnqueuedTimeRealClock(t *testing.T) {
-	q, err := statuspatch.NewPatchQueue(statuspatch.QueueConfig[string]{Capacity: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
-	before := time.Now()
-	if err := q.TrySend("a"); err != nil {
-		t.Fatal(err)
-	}
-	after := time.Now()
-	it, err := q.Receive(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Both sides carry monotonic readings, so these compare exactly.
-	if it.Enqueued.Before(before) || it.Enqueued.After(after) {
-		t.Errorf("Enqueued %v not within [%v, %v]", it.Enqueued, before, after)
-	}
-}
-
-// queueWaitFor polls cond until it holds or the deadline passes.
-func queueWaitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-// queueAwait receives from c, failing the test if nothing arrives in time
-// (a lost wake-up shows up here).
-func queueAwait[V any](t *testing.T, c <-chan V) V {
-	t.Helper()
-	select {
-	case v := <-c:
-		return v
-	case <-time.After(10 * time.Second):
-		t.Fatalf("timed out waiting for a blocked call to return")
-		panic("unreachable")
-	}
-}
-
-func queueSenders[T any](q *statuspatch.PatchQueue[T]) int {
-	s, _ := statuspatch.QueueWaiters(q)
-	return s
-}
-
-func queueReceivers[T any](q *statuspatch.PatchQueue[T]) int {
-	_, r := statuspatch.QueueWaiters(q)
-	return r
-}
-
-func TestQueueSendBlocks(t *testing.T) {
-	t.Run("until a slot frees", func(t *testing.T) {
-		q, _ := statuspatch.NewPatchQueue(statuspatch.QueueConfig[string]{Capacity: 1, Key: queueTestKey})
-		defer q.Close()
-		if err := q.TrySend("a#1"); err != nil {
+// TestQueueStarvationBound feeds a continuous stream of fresh keys, one
+// added per delivery, and checks that every pass key is served within 9
+// deliveries of the previous one (or of the start).
+func TestQueueStarvationBound(t *testing.T) {
+	q := newTestQueue(t, 64)
+	const passKeys = 20
+	for _, k := range qSeq("p", 1, passKeys) {
+		if err := q.Add(k, pass); err != nil {
 			t.Fatal(err)
 		}
-		errc := make(chan error, 1)
-		go func() { errc <- q.Send(context.Background(), "b#1") }()
-		queueWaitFor(t, "Send to block", func() bool { return queueSenders(q) == 1 })
-		select {
-		case err := <-errc:
-			t.Fatalf("Send returned %v while the queue was full", err)
-		default:
+	}
+	for _, k := range qSeq("f", 1, 16) { // a backlog of fresh keys
+		if err := q.Add(k, fresh); err != nil {
+			t.Fatal(err)
 		}
-		if it, ok, _ := q.TryReceive(); !ok || it.Value != "a#1" {
-			t.Fatalf("TryReceive = %q, %v", it.Value, ok)
+	}
+	last, served, freshN := 0, 0, 16
+	for i := 1; served < passKeys; i++ {
+		freshN++
+		if err := q.Add("f"+strconv.Itoa(freshN), fresh); err != nil {
+			t.Fatal(err)
 		}
-		if err := queueAwait(t, errc); err != nil {
-			t.Fatalf("Send = %v", err)
-		}
-		if it, ok, _ := q.TryReceive(); !ok || it.Value != "b#1" {
-			t.Fatalf("TryReceive = %q, %v, want b#1", it.Value, ok)
-		}
-	})
-	t.Run("until a permit is released", func(t *testing.T) {
-		q, _ := statuspatch.NewPatchQueue(statuspatch.QueueConfig[string]{Capacity: 1})
-		defer q.Close()
-		p, err := q.Reserve()
+		key, err := q.Get(cancelledCtx())
 		if err != nil {
 			t.Fatal(err)
 		}
-		errc := make(chan error, 1)
-		go func() { errc <- q.Send(context.Background(), "b") }()
-		queueWaitFor(t, "Send to block", func() bool { return queueSenders(q) == 1 })
-		p.Release()
-		if err := queueAwait(t, errc); err != nil {
-			t.Fatalf("Send = %v", err)
+		q.Done(key)
+		if key[0] != 'p' {
+			if i-last >= 9 {
+				t.Fatalf("delivery %d: %d fresh keys in a row while pass keys wait", i, i-last)
+			}
+			continue
+		}
+		served++
+		if want := "p" + strconv.Itoa(served); key != want {
+			t.Fatalf("delivery %d: pass key %s, want %s (FIFO)", i, key, want)
+		}
+		if i-last != 9 {
+			t.Errorf("delivery %d: pass key %s served %d deliveries after the previous, want 9 (8 fresh first)", i, key, i-last)
+		}
+		last = i
+	}
+}
+
+// TestQueueRoom checks when Room's channel is closed: once the lane has
+// the free slots asked for, after whichever operation frees them, or when
+// the queue closes.
+func TestQueueRoom(t *testing.T) {
+	for _, tc := range []struct {
+		label  string
+		before []queueStep // builds the state; the lane has fewer free slots than asked
+		lane   statuspatch.Lane
+		free   int
+		after  []queueStep // frees enough, or closes
+		noWake []queueStep // steps that must not close it, run before after
+	}{{
+		label: "Get frees a slot", lane: fresh, free: 1,
+		before: qAdds(fresh, "a", "b"), noWake: steps(qAdd("a", fresh, nil), qAdd("x", pass, nil)), after: qGets("a"),
+	}, {
+		label: "Get of the other lane does not count", lane: pass, free: 2,
+		before: steps(qAdds(pass, "a", "b"), qAdd("f", fresh, nil)), noWake: qGets("f", "a"), after: qGets("b"),
+	}, {
+		label: "Done frees nothing, Get does", lane: fresh, free: 2,
+		before: steps(qAdds(fresh, "a", "b"), qGet("a"), qAdd("a", fresh, nil)), noWake: steps(qGet("b"), qDone("a")),
+		after: qGets("a"),
+	}, {
+		label: "Release frees a slot", lane: pass, free: 1,
+		before: steps(qReserve("p", pass, nil), qAdd("a", pass, nil)), after: steps(qRelease("p")),
+	}, {
+		label: "a Send that coalesces gives its slot back", lane: fresh, free: 1,
+		before: steps(qAdd("a", fresh, nil), qReserve("p", fresh, nil)), after: steps(qSend("p", "a", nil)),
+	}, {
+		label: "a promotion frees the pass slot", lane: pass, free: 1,
+		before: qAdds(pass, "a", "b"), noWake: steps(qAdd("b", pass, nil)), after: steps(qAdd("a", fresh, nil)),
+	}, {
+		label: "SetCapacity grows the lane", lane: fresh, free: 2,
+		before: qAdds(fresh, "a", "b"), noWake: steps(qCap(3, nil)), after: steps(qCap(4, nil)),
+	}, {
+		label: "Close", lane: fresh, free: 5,
+		before: qAdds(fresh, "a"), after: steps(qClose()),
+	}} {
+		t.Run(tc.label, func(t *testing.T) {
+			r := newQueueRunner(t, 2)
+			q := r.q
+			r.run(t, tc.before)
+			room := q.Room(tc.lane, tc.free)
+			isClosed := func() bool {
+				select {
+				case <-room:
+					return true
+				default:
+					return false
+				}
+			}
+			if isClosed() {
+				t.Fatal("closed before any slot was freed")
+			}
+			r.run(t, tc.noWake)
+			if isClosed() {
+				t.Fatalf("closed by %v", tc.noWake)
+			}
+			r.run(t, tc.after)
+			if !isClosed() {
+				t.Fatalf("still open after %v: Stats %+v, Cap %d", tc.after, q.Stats(), q.Cap())
+			}
+		})
+	}
+	t.Run("already free", func(t *testing.T) {
+		q := newTestQueue(t, 2)
+		for _, free := range []int{-1, 0, 1, 2} {
+			select {
+			case <-q.Room(fresh, free):
+			default:
+				t.Errorf("Room(fresh, %d) of an empty queue of capacity 2 is open", free)
+			}
+		}
+		select {
+		case <-q.Room(fresh, 3):
+			t.Error("Room(fresh, 3) of a queue of capacity 2 is closed")
+		default:
 		}
 	})
-	t.Run("not when the key is waiting", func(t *testing.T) {
-		q, _ := statuspatch.NewPatchQueue(statuspatch.QueueConfig[string]{Capacity: 1, Key: queueTestKey})
-		defer q.Close()
-		if err := q.TrySend("a#1"); err != nil {
-			t.Fatal(err)
-		}
-		if err := q.Send(context.Background(), "a#2"); err != nil {
-			t.Fatalf("Send = %v", err)
+	t.Run("after Close", func(t *testing.T) {
+		q := newTestQueue(t, 1)
+		q.Close()
+		select {
+		case <-q.Room(pass, 10):
+		default:
+			t.Error("Room of a closed queue is open")
 		}
 	})
-	t.Run("until ctx ends", func(t *testing.T) {
-		q, _ := statuspatch.NewPatchQueue(statuspatch.QueueConfig[string]{Capacity: 1})
-		defer q.Close()
-		if err := q.TrySend("a"); err != nil {
+}
+
+// Get blocks until a key is ready: added, or added while held and Done,
+// and returns ErrClosed to every waiting consumer once the queue is closed
+// and drained. A cancelled Get returns the context's error.
+func TestQueueGetBlocks(t *testing.T) {
+	type result struct {
+		key string
+		err error
+	}
+	getter := func(ctx context.Context, q *statuspatch.PatchQueue[string]) <-chan result {
+		ch := make(chan result, 1)
+		go func() {
+			key, err := q.Get(ctx)
+			ch <- result{key, err}
+		}()
+		return ch
+	}
+	// wantBlocked checks that ch has no result after a while: it cannot
+	// fail wrongly, only miss a Get that returns late.
+	wantBlocked := func(t *testing.T, ch <-chan result) {
+		t.Helper()
+		select {
+		case r := <-ch:
+			t.Fatalf("Get returned %+v, want it blocked", r)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	wantResult := func(t *testing.T, ch <-chan result, want result) {
+		t.Helper()
+		select {
+		case r := <-ch:
+			if r.key != want.key || !errors.Is(r.err, want.err) || (r.err == nil) != (want.err == nil) {
+				t.Fatalf("Get returned %+v, want %+v", r, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Get still blocked, want %+v", want)
+		}
+	}
+	ctx := context.Background()
+
+	t.Run("until Add", func(t *testing.T) {
+		q := newTestQueue(t, 1)
+		ch := getter(ctx, q)
+		wantBlocked(t, ch)
+		if err := q.Add("a", pass); err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		errc := make(chan error, 1)
-		go func() { errc <- q.Send(ctx, "b") }()
-		queueWaitFor(t, "Send to block", func() bool { return queueSenders(q) == 1 })
-		cancel()
-		if err := queueAwait(t, errc); !errors.Is(err, context.Canceled) {
-			t.Fatalf("Send = %v, want context.Canceled", err)
-		}
-		if st := q.Stats(); st.DroppedFull != 1 || st.Enqueued != 1 {
-			t.Errorf("Stats = %+v, want one drop (full), one enqueued", st)
-		}
+		wantResult(t, ch, result{key: "a"})
+	})
+	t.Run("until Done of a key added while held", func(t *testing.T) {
+		r := newQueueRunner(t, 1)
+		q := r.q
+		r.run(t, steps(qAdd("a", fresh, nil), qGet("a"), qAdd("a", fresh, nil)))
+		ch := getter(ctx, q)
+		wantBlocked(t, ch)
+		q.Done("a")
+		wantResult(t, ch, result{key: "a"})
 	})
 	t.Run("until Close", func(t *testing.T) {
-		q, _ := statuspatch.NewPatchQueue(statuspatch.QueueConfig[string]{Capacity: 1})
-		if err := q.TrySend("a"); err != nil {
-			t.Fatal(err)
-		}
-		errc := make(chan error, 2)
-		for range 2 {
-			go func() { errc <- q.Send(context.Background(), "b") }()
-		}
-		queueWaitFor(t, "Sends to block", func() bool { return queueSenders(q) == 2 })
+		q := newTestQueue(t, 1)
+		chs := []<-chan result{getter(ctx, q), getter(ctx, q), getter(ctx, q)}
+		wantBlocked(t, chs[0])
 		q.Close()
-		for range 2 {
-			if err := queueAwait(t, errc); !errors.Is(err, statuspatch.ErrClosed) {
-				t.Fatalf("Send = %v, want ErrClosed", err)
-			}
-		}
-	})
-	t.Run("many waiters all get in as slots free", func(t *testing.T) {
-		const n = 5
-		q, _ := statuspatch.NewPatchQueue(statuspatch.QueueConfig[int]{Capacity: 1})
-		defer q.Close()
-		if err := q.TrySend(-1); err != nil {
-			t.Fatal(err)
-		}
-		errc := make(chan error, n)
-		for i := range n {
-			go func() { errc <- q.Send(context.Background(), i) }()
-		}
-		queueWaitFor(t, "Sends to block", func() bool { return queueSenders(q) == n })
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		got := 0
-		for got < n+1 {
-			it, err := q.Receive(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			q.Done(it)
-			got++
-		}
-		for range n {
-			if err := queueAwait(t, errc); err != nil {
-				t.Fatalf("Send = %v", err)
-			}
-		}
-	})
-}
-
-// TestQueueWakeUpsPassOn frees several slots (or sends several items) at
-// once while several goroutines wait: every one of them must wake, though
-// the queue keeps a single wake-up token per side.
-func TestQueueWakeUpsPassOn(t *testing.T) {
-	const n = 3
-	t.Run("producers", func(t *testing.T) {
-		q, _ := statuspatch.NewPatchQueue(statuspatch.QueueConfig[int]{Capacity: n})
-		defer q.Close()
-		for i := range n {
-			if err := q.TrySend(i); err != nil {
-				t.Fatal(err)
-			}
-		}
-		errc := make(chan error, n)
-		for i := range n {
-			go func() { errc <- q.Send(context.Background(), n+i) }()
-		}
-		queueWaitFor(t, "Sends to block", func() bool { return queueSenders(q) == n })
-		for range n {
-			if _, ok, _ := q.TryReceive(); !ok {
-				t.Fatal("TryReceive found nothing")
-			}
-		}
-		for range n {
-			if err := queueAwait(t, errc); err != nil {
-				t.Fatal(err)
-			}
-		}
-	})
-	t.Run("consumers", func(t *testing.T) {
-		q, _ := statuspatch.NewPatchQueue(statuspatch.QueueConfig[int]{Capacity: n})
-		defer q.Close()
-		errc := make(chan error, n)
-		for range n {
-			go func() {
-				_, err := q.Receive(context.Background())
-				errc <- err
-			}()
-		}
-		queueWaitFor(t, "Receives to block", func() bool { return queueReceivers(q) == n })
-		for i := range n {
-			if err := q.TrySend(i); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for range n {
-			if err := queueAwait(t, errc); err != nil {
-				t.Fatal(err)
-			}
-		}
-	})
-}
-
-func TestQueueReceiveBlocks(t *testing.T) {
-	t.Run("until an item arrives", func(t *testing.T) {
-		q, _ := statuspatch.NewPatchQueue(statuspatch.QueueConfig[string]{Capacity: 1})
-		defer q.Close()
-		type res struct {
-			it  statuspatch.Item[string]
-			err error
-		}
-		resc := make(chan res, 1)
-		go func() {
-			it, err := q.Receive(context.Background())
-			resc <- res{it, err}
-		}()
-		queueWaitFor(t, "Receive to block", func() bool { return queueReceivers(q) == 1 })
-		if err := q.TrySend("a"); err != nil {
-			t.Fatal(err)
-		}
-		if r := queueAwait(t, resc); r.err != nil || r.it.Value != "a" {
-			t.Fatalf("Receive = %q, %v", r.it.Value, r.err)
-		}
-	})
-	t.Run("until Done of the key in flight", func(t *testing.T) {
-		q, _ := statuspatch.NewPatchQueue(statuspatch.QueueConfig[string]{Capacity: 2, Key: queueTestKey})
-		defer q.Close()
-		_ = q.TrySend("a#1")
-		first, _ := q.Receive(context.Background())
-		_ = q.TrySend("a#2")
-		resc := make(chan string, 1)
-		go func() {
-			it, err := q.Receive(context.Background())
-			if err != nil {
-				resc <- err.Error()
-				return
-			}
-			resc <- it.Value
-		}()
-		queueWaitFor(t, "Receive to block", func() bool { return queueReceivers(q) == 1 })
-		q.Done(first)
-		if got := queueAwait(t, resc); got != "a#2" {
-			t.Fatalf("Receive = %q, want a#2", got)
+		for _, ch := range chs {
+			wantResult(t, ch, result{err: statuspatch.ErrClosed})
 		}
 	})
 	t.Run("until ctx ends", func(t *testing.T) {
-		q, _ := statuspatch.NewPatchQueue(statuspatch.QueueConfig[string]{Capacity: 1})
-		defer q.Close()
-		ctx, cancel := context.WithCancel(context.Background())
-		errc := make(chan error, 1)
-		go func() {
-			_, err := q.Receive(ctx)
-			errc <- err
-		}()
-		queueWaitFor(t, "Receive to block", func() bool { return queueReceivers(q) == 1 })
+		q := newTestQueue(t, 1)
+		ctx, cancel := context.WithCancel(ctx)
+		ch := getter(ctx, q)
+		wantBlocked(t, ch)
 		cancel()
-		if err := queueAwait(t, errc); !errors.Is(err, context.Canceled) {
-			t.Fatalf("Receive = %v, want context.Canceled", err)
-		}
+		wantResult(t, ch, result{err: context.Canceled})
 	})
-	t.Run("ready item wins over a done ctx", func(t *testing.T) {
-		q, _ := statuspatch.NewPatchQueue(statuspatch.QueueConfig[string]{Capacity: 1})
-		defer q.Close()
-		_ = q.TrySend("a")
-		ctx, cancel := context.WithCancel(context.Background())
-		cancel()
-		if it, err := q.Receive(ctx); err != nil || it.Value != "a" {
-			t.Fatalf("Receive = %q, %v", it.Value, err)
+	t.Run("a cancelled ctx still returns a ready key", func(t *testing.T) {
+		q := newTestQueue(t, 1)
+		if err := q.Add("a", fresh); err != nil {
+			t.Fatal(err)
 		}
-		if _, err := q.Receive(ctx); !errors.Is(err, context.Canceled) {
-			t.Fatalf("Receive on empty = %v, want context.Canceled", err)
-		}
-	})
-	t.Run("until Close, every waiting consumer", func(t *testing.T) {
-		const n = 3
-		q, _ := statuspatch.NewPatchQueue(statuspatch.QueueConfig[string]{Capacity: 1})
-		errc := make(chan error, n)
-		for range n {
-			go func() {
-				_, err := q.Receive(context.Background())
-				errc <- err
-			}()
-		}
-		queueWaitFor(t, "Receives to block", func() bool { return queueReceivers(q) == n })
-		q.Close()
-		for range n {
-			if err := queueAwait(t, errc); !errors.Is(err, statuspatch.ErrClosed) {
-				t.Fatalf("Receive = %v, want ErrClosed", err)
-			}
-		}
-	})
-	t.Run("after Close, until the held-back item is drained", func(t *testing.T) {
-		const n = 3
-		q, _ := statuspatch.NewPatchQueue(statuspatch.QueueConfig[string]{Capacity: 2, Key: queueTestKey})
-		_ = q.TrySend("a#1")
-		first, _ := q.Receive(context.Background())
-		_ = q.TrySend("a#2")
-		q.Close()
-		resc := make(chan string, n)
-		for range n {
-			go func() {
-				it, err := q.Receive(context.Background())
-				if err != nil {
-					resc <- err.Error()
-					return
-				}
-				resc <- it.Value
-			}()
-		}
-		queueWaitFor(t, "Receives to block", func() bool { return queueReceivers(q) == n })
-		q.Done(first)
-		got := map[string]int{}
-		for range n {
-			got[queueAwait(t, resc)]++
-		}
-		want := map[string]int{"a#2": 1, statuspatch.ErrClosed.Error(): n - 1}
-		if d := cmp.Diff(want, got); d != "" {
-			t.Fatalf("results (-want +got):\n%s", d)
+		key, err := q.Get(cancelledCtx())
+		if key != "a" || err != nil {
+			t.Fatalf("Get(cancelled) = %q, %v; want a, nil", key, err)
 		}
 	})
 }
 
-func TestQueueNoAllocs(t *testing.T) {
+func TestNewPatchQueueOptions(t *testing.T) {
 	for _, tc := range []struct {
-		label string
-		cfg   statuspatch.QueueConfig[string]
+		label   string
+		opts    statuspatch.Options
+		wantCap int
+		wantErr string // the ConfigError's field; "" means valid
 	}{
-		{label: "nil meter, keyed", cfg: statuspatch.QueueConfig[string]{Capacity: 64, Key: queueTestKey}},
-		{label: "noop meter, keyed", cfg: statuspatch.QueueConfig[string]{Capacity: 64, Key: queueTestKey, Meter: noop.NewMeterProvider().Meter("x")}},
-		{label: "nil meter, keyless", cfg: statuspatch.QueueConfig[string]{Capacity: 64}},
-		{label: "nil meter, MaxAge", cfg: statuspatch.QueueConfig[string]{Capacity: 64, Key: queueTestKey, MaxAge: time.Hour}},
+		{label: "zero Options: the default capacity", wantCap: 50_000},
+		{label: "capacity", opts: statuspatch.Options{Capacity: 3}, wantCap: 3},
+		{label: "negative capacity", opts: statuspatch.Options{Capacity: -1}, wantErr: "Capacity"},
 	} {
 		t.Run(tc.label, func(t *testing.T) {
-			q, err := statuspatch.NewPatchQueue(tc.cfg)
+			q, err := statuspatch.NewPatchQueue[int](tc.opts)
+			if tc.wantErr != "" {
+				var ce *leader.ConfigError
+				if !errors.As(err, &ce) || ce.Field != tc.wantErr || !errors.Is(err, leader.ErrInvalidConfig) {
+					t.Fatalf("NewPatchQueue error %v, want a ConfigError for %s wrapping ErrInvalidConfig", err, tc.wantErr)
+				}
+				if q != nil {
+					t.Error("a queue returned with an error")
+				}
+				return
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer q.Close()
-			keys := queueBenchKeys(128) // more keys than slots
-			ctx := context.Background()
-			i := 0
-			cycle := func() {
-				k := keys[i%len(keys)]
-				i++
-				if err := q.TrySend(k); err != nil {
-					t.Fatal(err)
-				}
-				p, err := q.Reserve()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := p.Send(k); err != nil { // coalesces
-					t.Fatal(err)
-				}
-				it, err := q.Receive(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				q.Done(it)
-				for { // without a key, the second send did not coalesce
-					it, ok, err := q.TryReceive()
-					if err != nil {
-						t.Fatal(err)
-					}
-					if !ok {
-						break
-					}
-					q.Done(it)
-				}
-			}
-			for range 2 * len(keys) { // warm up: grow to the high-water mark
-				cycle()
-			}
-			if a := testing.AllocsPerRun(1000, cycle); a != 0 {
-				t.Errorf("allocs per TrySend+Reserve+Permit.Send+Receive+TryReceive+Done = %v, want 0", a)
+			if q.Cap() != tc.wantCap || q.Stats() != (statuspatch.QueueStats{}) {
+				t.Errorf("new queue: Cap %d Stats %+v; want Cap %d, empty", q.Cap(), q.Stats(), tc.wantCap)
 			}
 		})
-	}
-}
-
-// TestQueueKeyRecordsBounded checks that the per-key records kept for keys
-// that come back are bounded by the capacity, however many distinct keys
-// pass through, and that a key coming back after going idle behaves like a
-// new one.
-func TestQueueKeyRecordsBounded(t *testing.T) {
-	const capacity = 4
-	q, err := statuspatch.NewPatchQueue(statuspatch.QueueConfig[string]{Capacity: capacity, Key: queueTestKey})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
-	var held []statuspatch.Item[string]
-	for i := range 1000 {
-		if err := q.TrySend(fmt.Sprintf("k%d#%d", i, i)); err != nil {
-			t.Fatal(err)
-		}
-		it, ok, _ := q.TryReceive()
-		if !ok {
-			t.Fatalf("item %d not delivered", i)
-		}
-		if i%100 == 0 { // some stay in flight for a while
-			held = append(held, it)
-			continue
-		}
-		q.Done(it)
-		if keys, idle := statuspatch.QueueTrackedKeys(q); idle > capacity || keys > capacity+len(held) {
-			t.Fatalf("after %d keys: %d key records (%d idle), want at most %d", i+1, keys, idle, capacity+len(held))
-		}
-	}
-	for _, it := range held {
-		q.Done(it)
-	}
-	if keys, idle := statuspatch.QueueTrackedKeys(q); keys != capacity || idle != capacity {
-		t.Errorf("at rest: %d key records, %d idle; want %d, %d", keys, idle, capacity, capacity)
-	}
-	// An idle key and an evicted key both come back as new.
-	for _, k := range []string{"k999", "k0", "k999"} {
-		if err := q.TrySend(k + "#again"); err != nil {
-			t.Fatal(err)
-		}
-		it, ok, _ := q.TryReceive()
-		if !ok || it.Value != k+"#again" {
-			t.Fatalf("TryReceive = %q %v, want %s#again", it.Value, ok, k)
-		}
-		q.Done(it)
-	}
-	if st := q.Stats(); st.Dequeued != 1003 || st.InFlight != 0 || st.Depth != 0 {
-		t.Errorf("Stats = %+v", st)
 	}
 }

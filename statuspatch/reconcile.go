@@ -24,9 +24,9 @@ type Source[O any] interface {
 	Get(key types.NamespacedName) (obj O, found bool, err error)
 }
 
-// FreshFanout is the most keys one call of [Reconciler.Enqueue] puts in
+// freshFanout is the most keys one call of [Reconciler.Enqueue] puts in
 // the fresh lane; an event that affects more objects makes a pass.
-const FreshFanout = 16
+const freshFanout = 16
 
 // leaderCheckEvery is how many objects a pass handles between two checks
 // of the claim and the context.
@@ -120,16 +120,24 @@ func checkParts[O, S, P any](src Source[O], comp StatusComputer[O, S, P], q *Pat
 	case q == nil:
 		return missing("Queue")
 	}
-	if f, ok := any(comp).(ComputerFuncs[O, S, P]); ok {
-		if err := f.validate(); err != nil {
-			return &leader.ConfigError{Field: "Computer", Reason: err.Error()}
+	var err error
+	switch f := any(comp).(type) {
+	case ComputerFuncs[O, S, P]:
+		err = f.validate()
+	case *ComputerFuncs[O, S, P]:
+		if f == nil {
+			return missing("Computer")
 		}
+		err = f.validate()
+	}
+	if err != nil {
+		return &leader.ConfigError{Field: "Computer", Reason: err.Error()}
 	}
 	return checkLeader(l)
 }
 
 // Enqueue asks for the objects with keys to be reconciled soon: the keys
-// of one event. Up to [FreshFanout] keys go to the fresh lane, served
+// of one event. Up to 16 keys go to the fresh lane, served
 // before the passes' keys; more, or a full fresh lane, make a pass
 // instead, which queues only the objects that changed. Nothing is queued
 // while we do not lead (the pass made on gaining the lead covers every
@@ -138,7 +146,7 @@ func (r *Reconciler[O, S, P]) Enqueue(keys ...types.NamespacedName) {
 	if len(keys) == 0 || !r.leader.Current().IsCurrentFor(r.leader.Identity(), r.opts.Clock.Now()) {
 		return
 	}
-	if len(keys) > FreshFanout {
+	if len(keys) > freshFanout {
 		r.Resync()
 		return
 	}
@@ -191,11 +199,16 @@ func (r *Reconciler[O, S, P]) pass(ctx context.Context) (res PassResult, kind in
 		return res, passError, fmt.Errorf("statuspatch: list objects: %w", err)
 	}
 	res.Objects = len(objs)
-	var keys []types.NamespacedName // in objs' order, when resuming
+	var (
+		keys     []types.NamespacedName // in objs' order, when resuming
+		firstErr error
+	)
 	first := 0
 	if r.hasCursor && len(objs) > 0 {
 		res.Resumed = true
-		objs, keys = r.sortByKey(objs)
+		var bad int
+		objs, keys, bad, firstErr = r.sortByKey(objs)
+		res.Visited, res.Errors = bad, bad
 		first, _ = slices.BinarySearchFunc(keys, r.cursor, compareKeys)
 		if first < len(keys) && keys[first] == r.cursor {
 			first++
@@ -204,7 +217,6 @@ func (r *Reconciler[O, S, P]) pass(ctx context.Context) (res PassResult, kind in
 			first = 0
 		}
 	}
-	var firstErr error
 	kind = passCompleted
 	last := -1
 	for j := range objs {
@@ -236,6 +248,9 @@ func (r *Reconciler[O, S, P]) pass(ctx context.Context) (res PassResult, kind in
 			res.Errors++
 			r.objects[objError].Add(1)
 			if firstErr == nil {
+				if keys == nil { // check names changed objects only
+					key, _ = r.key(objs[i])
+				}
 				firstErr = fmt.Errorf("%s: %w", key, cerr)
 			}
 		case changed:
@@ -261,7 +276,7 @@ func (r *Reconciler[O, S, P]) pass(ctx context.Context) (res PassResult, kind in
 	}
 	if res.Errors > 0 {
 		r.opts.Logger.Warn("statuspatch: some objects were not reconciled",
-			slog.Int("errors", res.Errors), slog.Int("objects", len(objs)), slog.Any("first_error", firstErr))
+			slog.Int("errors", res.Errors), slog.Int("objects", res.Objects), slog.Any("first_error", firstErr))
 	}
 	return res, kind, err
 }
@@ -299,8 +314,9 @@ func (r *Reconciler[O, S, P]) key(obj O) (k types.NamespacedName, err error) {
 }
 
 // sortByKey returns the objects whose Key works sorted by key, with their
-// keys; the others are counted as errors and left out.
-func (r *Reconciler[O, S, P]) sortByKey(objs []O) ([]O, []types.NamespacedName) {
+// keys; the others are counted as errors (bad, the first one's error) and
+// left out.
+func (r *Reconciler[O, S, P]) sortByKey(objs []O) (_ []O, _ []types.NamespacedName, bad int, firstErr error) {
 	type keyed struct {
 		k types.NamespacedName
 		o O
@@ -310,6 +326,9 @@ func (r *Reconciler[O, S, P]) sortByKey(objs []O) ([]O, []types.NamespacedName) 
 		k, err := r.key(o)
 		if err != nil {
 			r.objects[objError].Add(1)
+			if bad++; firstErr == nil {
+				firstErr = err
+			}
 			continue
 		}
 		ks = append(ks, keyed{k, o})
@@ -319,7 +338,7 @@ func (r *Reconciler[O, S, P]) sortByKey(objs []O) ([]O, []types.NamespacedName) 
 	for i, x := range ks {
 		out, keys[i] = append(out, x.o), x.k
 	}
-	return out, keys
+	return out, keys, bad, firstErr
 }
 
 func compareKeys(a, b types.NamespacedName) int {

@@ -94,8 +94,9 @@ func dashboardRows() []genRow {
 			},
 			{
 				typ: "stat", title: "Leadership epoch", w: 6, h: 4, unit: "none",
-				description: "Epoch of the latest claim of the Lease. It changes every time a replica (re)acquires the Lease; " +
-					"patches queued under an earlier epoch are dropped (reason stale_epoch), never applied.",
+				description: "Epoch of the latest claim of the Lease. It changes every time a replica (re)acquires the Lease. " +
+					"Every patch is built and sent under one epoch: a call about to start once calls of a newer epoch have begun is dropped " +
+					"(reason stale_epoch), never made.",
 				targets:  []genTarget{{`max(quietpatch_leader_epoch{` + fJob + `})`, `epoch`}},
 				defaults: map[string]any{"decimals": 0},
 			},
@@ -105,11 +106,11 @@ func dashboardRows() []genRow {
 				targets:     []genTarget{{`sum(rate(quietpatch_dispatch_patches_total{` + fPipeline + `, outcome="ok"}` + rateWin + `))`, `ok`}},
 			},
 			{
-				typ: "stat", title: "Queue fill (Peak-EWMA / capacity)", w: 6, h: 4, unit: "percentunit",
-				description: "Peak-EWMA of the queue depth as a share of its capacity, highest pipeline and replica. " +
-					"Above 80% for 15 minutes fires QuietpatchQueueSaturated.",
+				typ: "stat", title: "Queue fill (Peak-EWMA / lane capacity)", w: 6, h: 4, unit: "percentunit",
+				description: "Peak-EWMA of the keys waiting (both lanes) as a share of the capacity of one lane, highest pipeline and replica; " +
+					"it can exceed 100%. Above 80% for 15 minutes fires QuietpatchQueueSaturated.",
 				targets: []genTarget{{`max(quietpatch_queue_depth_peak_ewma{` + fPipeline + `} / quietpatch_queue_capacity{` + fPipeline + `})`, `fill`}},
-				defaults: map[string]any{"min": 0, "max": 1, "thresholds": map[string]any{"mode": "absolute", "steps": []any{
+				defaults: map[string]any{"min": 0, "thresholds": map[string]any{"mode": "absolute", "steps": []any{
 					map[string]any{"color": "green", "value": nil},
 					map[string]any{"color": "yellow", "value": 0.5},
 					map[string]any{"color": "red", "value": 0.8},
@@ -120,10 +121,13 @@ func dashboardRows() []genRow {
 		{title: "Queue", panels: []genPanel{
 			{
 				title: "Queue depth vs Peak-EWMA vs capacity", w: 12, h: 8, unit: "none",
-				description: "Patches waiting in the bounded queue. The depth is a sample taken at scrape time and misses the bursts between scrapes; " +
+				description: "Keys waiting in the bounded queue, both lanes (fresh: events; pass: periodic passes); a key waits at most once, " +
+					"so the depth never exceeds the number of objects. Capacity is per lane (fixed; it does not follow the drain rate). " +
+					"The depth is a sample taken at scrape time and misses the bursts between scrapes; " +
 					"the Peak-EWMA (time constant 10 s) is updated at every insertion and removal, so it rises with each burst at once and decays after it. " +
-					"Healthy: it rises at each reconcile pass and falls before the next. Staying near the capacity line means the dispatcher does not keep up " +
-					"(QuietpatchQueueSaturated). Highest replica: only the leader fills its queue.",
+					"Healthy: it rises when a pass finds objects changed and falls once their patches are sent. Staying near the capacity line means the " +
+					"dispatcher does not keep up (QuietpatchQueueSaturated) and passes halt once the pass lane is full. " +
+					"Highest replica: only the leader fills its queue.",
 				targets: []genTarget{
 					{`max by (pipeline) (quietpatch_queue_depth{` + fPipeline + `})`, `{{pipeline}} depth`},
 					{`max by (pipeline) (quietpatch_queue_depth_peak_ewma{` + fPipeline + `})`, `{{pipeline}} Peak-EWMA`},
@@ -133,8 +137,9 @@ func dashboardRows() []genRow {
 			},
 			{
 				title: "Queue flow", w: 12, h: 8, unit: "ops",
-				description: "Patches accepted into the queue (enqueued, coalesced ones included), handed to the dispatcher (dequeued), " +
-					"and waiting patches replaced in place by a newer one for the same object (superseded: latest wins, no extra slot).",
+				description: "Keys added to the queue (enqueued, coalesced ones included), delivered to the dispatcher (dequeued), " +
+					"and added while already waiting (superseded: coalesced, no extra slot; the patch is built when the key is served, " +
+					"from the object as it is then).",
 				targets: []genTarget{
 					{`sum by (pipeline) (rate(quietpatch_queue_enqueued_total{` + fPipeline + `}` + rateWin + `))`, `{{pipeline}} enqueued`},
 					{`sum by (pipeline) (rate(quietpatch_queue_dequeued_total{` + fPipeline + `}` + rateWin + `))`, `{{pipeline}} dequeued`},
@@ -142,20 +147,18 @@ func dashboardRows() []genRow {
 				},
 			},
 			{
-				title: "Drops by reason (queue and dispatcher)", w: 12, h: 8, unit: "ops", stack: true,
-				description: "Patches not applied, by where and why. Queue: full (no free slot; the pass halts and resumes next time), " +
-					"closed (shutdown), expired (waited longer than MaxAge; it would be recomputed anyway). " +
-					"Dispatcher (dequeued, then dropped): not_leader (this replica does not hold the Lease), stale_epoch (queued under an earlier claim: " +
-					"QuietpatchStaleEpochDrops when it keeps happening), claim_ending (too little of the claim left to start a call), " +
-					"released (the Lease was given up), shutdown.",
+				title: "Adds refused (queue full or closed)", w: 12, h: 8, unit: "ops", stack: true,
+				description: "Keys the queue refused, by reason: full (the lane had no free slot: a pass halts there and resumes, after the last " +
+					"object handled, as soon as half of the pass lane is free; an event whose keys find the fresh lane full makes a pass instead), " +
+					"closed (shutdown). A key already waiting is never refused: it coalesces.",
 				targets: []genTarget{
-					{`sum by (pipeline, reason) (rate(quietpatch_queue_dropped_total{` + fPipeline + `}` + rateWin + `))`, `{{pipeline}} queue {{reason}}`},
-					{`sum by (pipeline, reason) (rate(quietpatch_dispatch_dropped_total{` + fPipeline + `}` + rateWin + `))`, `{{pipeline}} dispatch {{reason}}`},
+					{`sum by (pipeline, reason) (rate(quietpatch_queue_dropped_total{` + fPipeline + `}` + rateWin + `))`, `{{pipeline}} {{reason}}`},
 				},
 			},
 			{
 				title: "Queue wait p50 / p99", w: 12, h: 8, unit: "s",
-				description: "Time from enqueue to delivery to the dispatcher. Close to the reconcile interval means statuses lag by a whole pass.",
+				description: "Time from a key's first add to its delivery to the dispatcher, which then builds its patch and sends it at once. " +
+					"Close to the reconcile interval means statuses lag by a whole pass.",
 				targets: []genTarget{
 					{`histogram_quantile(0.5, sum by (pipeline, le) (rate(quietpatch_queue_wait_seconds_bucket{` + fPipeline + `}` + rateWin + `)))`, `{{pipeline}} p50`},
 					{`histogram_quantile(0.99, sum by (pipeline, le) (rate(quietpatch_queue_wait_seconds_bucket{` + fPipeline + `}` + rateWin + `)))`, `{{pipeline}} p99`},
@@ -185,7 +188,7 @@ func dashboardRows() []genRow {
 				title: "In flight vs adaptive limit, latency estimate", w: 12, h: 8, unit: "none",
 				description: "Patch calls in progress against the dispatcher's adaptive in-flight limit (left axis), and the Peak-EWMA " +
 					"of the patch latency the limit is computed from (right axis). The limit backs off on 429s and timeouts and grows while the " +
-					"latency estimate stays low. In flight pinned at the limit with a full queue: the API server is the bottleneck.",
+					"latency estimate stays low. In flight pinned at the limit with keys waiting: the API server is the bottleneck.",
 				targets: []genTarget{
 					{`max by (pipeline) (quietpatch_dispatch_in_flight{` + fPipeline + `})`, `{{pipeline}} in flight`},
 					{`max by (pipeline) (quietpatch_dispatch_limit{` + fPipeline + `})`, `{{pipeline}} limit`},
@@ -211,11 +214,28 @@ func dashboardRows() []genRow {
 					override(".* back-off left", rightAxis("s")...),
 				},
 			},
+			{
+				title: "Keys served without a call, by reason", w: 24, h: 8, unit: "ops", stack: true,
+				description: "Keys the dispatcher took from the queue and sent no patch for. Normal: unchanged (dashed, not stacked: the status was " +
+					"already right when the key was served; every event of our own writes ends so, about one per patch applied), deleted (the object " +
+					"is gone), released and shutdown (the Lease given up on purpose, the process stopping). Worth a look: error (the Source or the " +
+					"StatusComputer failed or panicked; QuietpatchStatusErrors when it lasts), and not_leader, claim_ending or stale_epoch on the " +
+					"replica that leads (its claim was found expired, nearly over or superseded: late renewals or a flapping Lease; " +
+					"QuietpatchDropsWhileLeading). A replica that loses the Lease drops the keys still waiting as not_leader, once.",
+				targets: []genTarget{{`sum by (reason) (rate(quietpatch_dispatch_dropped_total{` + fPipeline + `}` + rateWin + `))`, `{{reason}}`}},
+				overrides: []any{
+					override("unchanged", dashed, fixedColor("green"), prop("custom.stacking", map[string]any{"mode": "none", "group": "A"}), prop("custom.fillOpacity", 0)),
+					override("deleted|released|shutdown", fixedColor("blue")),
+					override("error", fixedColor("red")),
+					override("not_leader|claim_ending|stale_epoch", fixedColor("orange")),
+				},
+			},
 		}},
 		{title: "Reconcile", panels: []genPanel{
 			{
 				title: "Pass duration p50 / p99 (completed passes)", w: 8, h: 8, unit: "s",
-				description: "How long a full reconcile pass over all objects takes (compute, compare, enqueue changed ones). " +
+				description: "How long a full reconcile pass over all objects takes (compute and compare the statuses, queue the keys of " +
+					"changed objects; no patch is built). " +
 					"Approaching the reconcile interval (10 s by default) means passes run back to back.",
 				targets: []genTarget{
 					{`histogram_quantile(0.5, sum by (pipeline, le) (rate(quietpatch_reconcile_duration_seconds_bucket{` + fPipeline + `, result="completed"}` + rateWin + `)))`, `{{pipeline}} p50`},
@@ -224,20 +244,21 @@ func dashboardRows() []genRow {
 			},
 			{
 				title: "Passes per minute by result, and halts", w: 8, h: 8, unit: "short", stack: true,
-				description: "Reconcile passes by how they ended: completed, halted (the queue was full: one warning logged, the next pass " +
-					"resumes where this one stopped; QuietpatchReconcileHalting when it keeps happening), not_leader (leadership lost during the " +
-					"pass), error, canceled, closed. The dashed line counts halts from the halted counter.",
+				description: "Reconcile passes by how they ended: completed, halted (the pass lane was full: logged at most once a minute; the " +
+					"next pass starts as soon as half of the lane is free and resumes after the last object handled; QuietpatchReconcileHalting when " +
+					"it keeps happening), not_leader (leadership lost during the pass), error (listing failed), canceled, closed. " +
+					"The dashed line counts halts from the halted counter.",
 				targets: []genTarget{
 					{`60 * sum by (result) (rate(quietpatch_reconcile_passes_total{` + fPipeline + `}` + rateWin + `))`, `{{result}}`},
-					{`60 * sum(rate(quietpatch_reconcile_halted_total{` + fPipeline + `}` + rateWin + `))`, `halts (queue full)`},
+					{`60 * sum(rate(quietpatch_reconcile_halted_total{` + fPipeline + `}` + rateWin + `))`, `halts (pass lane full)`},
 				},
 				overrides: []any{override("halts.*", dashed, fixedColor("red"), prop("custom.stacking", map[string]any{"mode": "none", "group": "A"}), prop("custom.fillOpacity", 0))},
 			},
 			{
 				title: "Objects/s by result", w: 8, h: 8, unit: "ops", stack: true,
-				description: "Per object and pass: unchanged (desired equals current; no patch built), changed (a patch was queued), " +
-					"queued (changed, but the same patch was already waiting), error (computing the status failed). " +
-					"In steady state almost everything is unchanged.",
+				description: "Per object and pass: unchanged (desired equals current; nothing queued), changed (its key was queued in the " +
+					"pass lane, or was waiting already; the dispatcher builds the patch when it sends it), error (computing the status failed; " +
+					"QuietpatchStatusErrors when it lasts). In steady state almost everything is unchanged.",
 				targets: []genTarget{{`sum by (result) (rate(quietpatch_reconcile_objects_total{` + fPipeline + `}` + rateWin + `))`, `{{result}}`}},
 			},
 		}},
@@ -279,7 +300,7 @@ func dashboardRows() []genRow {
 			{
 				title: "Memory", w: 12, h: 7, unit: "bytes",
 				description: "Resident memory and Go heap in use per replica. With a bounded queue this stays flat whatever the API server does: " +
-					"informer caches plus at most the queue's capacity of patches.",
+					"informer caches, at most the capacity of each lane in keys, and one patch per call in flight (patches are built when sent).",
 				targets: []genTarget{
 					{`process_resident_memory_bytes{` + fJob + `}`, `{{instance}} resident`},
 					{`go_memstats_heap_inuse_bytes{` + fJob + `}`, `{{instance}} heap in use`},

@@ -24,10 +24,13 @@
 //     quietpatch's naming scheme (or to the Go runtime's and process
 //     collectors), with the labels and label values the instruments have,
 //     and the list equals metric-names.txt. The naming scheme equals the
-//     instrument table of the root package's doc.go (DocumentedInstruments),
-//     each Prometheus name there being what the exporter makes of the
-//     instrument's name, kind and unit (PrometheusName); so every
-//     documented instrument is on the dashboard or in an alert.
+//     instrument table of the root package's doc.go (DocumentedInstruments):
+//     the same families and kinds, each Prometheus name there being what
+//     the exporter makes of the instrument's name, kind and unit
+//     (PrometheusName), and the same labels with the same values (a
+//     dashboard or alert matching a value the table no longer lists
+//     fails); so every documented instrument is on the dashboard or in an
+//     alert.
 //   - `kubectl kustomize` renders deploy/monitoring (when kubectl is on
 //     PATH).
 //

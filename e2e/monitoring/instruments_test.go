@@ -36,8 +36,13 @@ func TestDocumentedInstruments(t *testing.T) {
 		switch {
 		case !ok:
 			t.Errorf("%s lists %s, which the naming scheme (names_test.go) lacks", RootDocFile, in.Prometheus)
+			continue
 		case inst.kind != k:
 			t.Errorf("%s lists %s as a %s; the naming scheme has another kind", RootDocFile, in.Prometheus, in.Kind)
+		}
+		if diff := cmp.Diff(schemeLabels(inst), in.Attributes); diff != "" {
+			t.Errorf("%s: the labels of %s and their values differ between the naming scheme and the table (-scheme +%s):\n%s",
+				RootDocFile, in.Prometheus, RootDocFile, diff)
 		}
 	}
 	for _, fam := range slices.Sorted(maps.Keys(scheme)) {
@@ -45,6 +50,22 @@ func TestDocumentedInstruments(t *testing.T) {
 			t.Errorf("the naming scheme has %s, which the table in %s lacks", fam, RootDocFile)
 		}
 	}
+}
+
+// schemeLabels returns the labels of an instrument of the scheme as
+// Instrument.Attributes has them: pipeline included, values sorted.
+func schemeLabels(inst instrument) map[string][]string {
+	out := map[string][]string{}
+	if inst.pipeline {
+		out["pipeline"] = nil
+	}
+	for l, vs := range inst.labels {
+		if vs != nil {
+			vs = slices.Sorted(slices.Values(vs))
+		}
+		out[l] = vs
+	}
+	return out
 }
 
 func TestParseInstrumentTable(t *testing.T) {
@@ -55,7 +76,12 @@ func TestParseInstrumentTable(t *testing.T) {
 //	name          kind       unit   attributes               Prometheus name
 //	x.queue.wait  histogram  s      pipeline                 x_queue_wait_seconds
 //	x.queue.drop  counter    {p}    pipeline, reason: full   x_queue_drop_total
-//	                                closed expired
+//	                                closed
+//	x.queue.seen  counter    {p}    pipeline, reason (as     x_queue_seen_total
+//	                                drop)
+//	x.calls       counter    {c}    outcome: ok error        x_calls_total
+//	x.lease.reqs  counter    {r}    lease attributes, op:    x_lease_reqs_total
+//	                                get renew; result (as outcome)
 //	x.is_leader   gauge      (none) identity                 x_is_leader
 //
 // After the table.
@@ -67,18 +93,30 @@ package x
 	if err != nil {
 		t.Fatal(err)
 	}
+	pipeline := map[string][]string{"pipeline": nil}
+	reasons := map[string][]string{"pipeline": nil, "reason": {"closed", "full"}}
 	want := []Instrument{
-		{"x.queue.wait", "histogram", "s", "x_queue_wait_seconds"},
-		{"x.queue.drop", "counter", "{p}", "x_queue_drop_total"},
-		{"x.is_leader", "gauge", "(none)", "x_is_leader"},
+		{"x.queue.wait", "histogram", "s", "x_queue_wait_seconds", pipeline},
+		{"x.queue.drop", "counter", "{p}", "x_queue_drop_total", reasons},
+		{"x.queue.seen", "counter", "{p}", "x_queue_seen_total", reasons},
+		{"x.calls", "counter", "{c}", "x_calls_total", map[string][]string{"outcome": {"error", "ok"}}},
+		{"x.lease.reqs", "counter", "{r}", "x_lease_reqs_total", map[string][]string{
+			"k8s_namespace_name": nil, "k8s_lease_name": nil, "op": {"get", "renew"}, "result": {"error", "ok"}}},
+		{"x.is_leader", "gauge", "(none)", "x_is_leader", map[string][]string{"identity": nil}},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("ParseInstrumentTable (-want +got):\n%s", diff)
 	}
+	const header = "//\tname  kind  unit  attributes  Prometheus name\n"
 	for label, bad := range map[string]string{
-		"no table":    "// Package x.\npackage x\n",
-		"header only": "//\tname  kind  Prometheus name\npackage x\n",
-		"short row":   "//\tname  kind  Prometheus name\n//\tx.a counter\n",
+		"no table":             "// Package x.\npackage x\n",
+		"header only":          header + "package x\n",
+		"short row":            header + "//\tx.a counter\n",
+		"no attributes":        header + "//\tx.a counter {p} x_a_total\n",
+		"continuation first":   header + "//\t    closed\n",
+		"no values":            header + "//\tx.a counter {p} reason: x_a_total\n",
+		"unresolved reference": header + "//\tx.a counter {p} reason (as b) x_a_total\n",
+		"unreadable attribute": header + "//\tx.a counter {p} two words x_a_total\n",
 	} {
 		if _, err := ParseInstrumentTable([]byte(bad)); !errors.Is(err, ErrNoTable) {
 			t.Errorf("%s: err = %v, want ErrNoTable", label, err)

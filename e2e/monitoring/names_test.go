@@ -28,11 +28,11 @@ type instrument struct {
 
 var (
 	lease          = map[string][]string{"k8s_namespace_name": nil, "k8s_lease_name": nil}
-	dropReasons    = []string{"full", "closed", "expired"}
+	dropReasons    = []string{"full", "closed"}
 	passResults    = []string{"completed", "halted", "not_leader", "error", "canceled", "closed"}
-	objectResults  = []string{"unchanged", "changed", "error", "queued"}
-	patchOutcomes  = []string{"ok", "conflict", "not_found", "forbidden", "unauthorized", "invalid", "timeout", "throttled", "canceled", "error"}
-	dispatchDrops  = []string{"not_leader", "stale_epoch", "claim_ending", "released", "shutdown"}
+	objectResults  = []string{"unchanged", "changed", "error"}
+	patchOutcomes  = []string{"ok", "conflict", "not_found", "forbidden", "unauthorized", "invalid", "throttled", "timeout", "canceled", "error"}
+	dispatchDrops  = []string{"unchanged", "deleted", "error", "not_leader", "stale_epoch", "claim_ending", "released", "shutdown"}
 	leaseOps       = []string{"get", "create", "acquire", "renew", "vacate", "watch"}
 	transitionDirs = []string{"acquired", "lost"}
 )
@@ -73,7 +73,7 @@ var scheme = map[string]instrument{
 	"quietpatch_leader_is_leader":                   {kind: gauge, labels: withLease(map[string][]string{"identity": nil})},
 	"quietpatch_leader_epoch":                       {kind: gauge, labels: lease},
 	"quietpatch_leader_transitions_total":           {kind: counter, labels: withLease(map[string][]string{"direction": transitionDirs})},
-	"quietpatch_leader_requests_total":              {kind: counter, labels: withLease(map[string][]string{"operation": leaseOps, "result": nil})},
+	"quietpatch_leader_requests_total":              {kind: counter, labels: withLease(map[string][]string{"operation": leaseOps, "result": patchOutcomes})},
 }
 
 // targetLabels are the labels a scrape adds (Prometheus's job and instance,

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -133,10 +134,84 @@ func TestRulesTestsCoverEveryAlert(t *testing.T) {
 	}
 }
 
+// reasonMatcher matches the reason matcher of a selector of
+// quietpatch_dispatch_dropped_total.
+var reasonMatcher = regexp.MustCompile(`(quietpatch_dispatch_dropped_total\{[^}]*\breason)\s*=~?\s*"[^"]*"`)
+
+// countEveryDrop widens the reason matchers of dispatch drops to every
+// reason, or reports that expr selects no dispatch drops.
+func countEveryDrop(expr string) (string, bool) {
+	out := reasonMatcher.ReplaceAllString(expr, `$1=~".+"`)
+	return out, out != expr
+}
+
+func TestCountEveryDrop(t *testing.T) {
+	for in, want := range map[string]string{
+		`rate(quietpatch_dispatch_dropped_total{reason="error"}[5m])`:                   `rate(quietpatch_dispatch_dropped_total{reason=~".+"}[5m])`,
+		`x{reason="a"} + quietpatch_dispatch_dropped_total{job="j", reason=~"a|b"} > 0`: `x{reason="a"} + quietpatch_dispatch_dropped_total{job="j", reason=~".+"} > 0`,
+		`quietpatch_queue_dropped_total{reason="full"}`:                                 ``,
+	} {
+		got, ok := countEveryDrop(in)
+		if !ok {
+			got = ""
+		}
+		if got != want {
+			t.Errorf("countEveryDrop(%s) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// normalDrops are the dispatcher's drop reasons no alert may count: they
+// happen in a healthy pipeline (unchanged: one per event of our own
+// writes; deleted; released and shutdown: the Lease given up on purpose).
+var normalDrops = []string{"unchanged", "deleted", "released", "shutdown"}
+
+// TestAlertsIgnoreNormalDrops checks that every alert selecting
+// quietpatch_dispatch_dropped_total names the reasons it counts, none of
+// them a normal one; promtool's tests hold cases with many normal drops,
+// which TestPromtoolTestsCatchBrokenAlerts checks an alert counting every
+// reason fails.
+func TestAlertsIgnoreNormalDrops(t *testing.T) {
+	for _, a := range alerts(t, monitoringDir(t)) {
+		sels, err := Selectors(a.Expr)
+		if err != nil {
+			t.Errorf("alert %s: %v", a.Alert, err)
+			continue
+		}
+		for _, s := range sels {
+			if s.Name != "quietpatch_dispatch_dropped_total" {
+				continue
+			}
+			var reasons []string
+			for _, m := range s.Matchers {
+				switch {
+				case m.Label != "reason":
+				case m.Op == "=":
+					reasons = append(reasons, m.Value)
+				case m.Op == "=~" && !strings.ContainsAny(m.Value, `.*+?()[]{}\^$`):
+					reasons = append(reasons, strings.Split(m.Value, "|")...)
+				default:
+					t.Errorf("alert %s: %s{%s}: name the reasons counted (= or a plain alternation)", a.Alert, s.Name, m)
+				}
+			}
+			if len(reasons) == 0 {
+				t.Errorf("alert %s counts every reason of %s, the normal ones %v included", a.Alert, s.Name, normalDrops)
+			}
+			for _, r := range reasons {
+				if slices.Contains(normalDrops, r) {
+					t.Errorf("alert %s counts %s drops of reason %s, which a healthy pipeline has", a.Alert, s.Name, r)
+				}
+			}
+		}
+	}
+}
+
 // TestPromtoolTestsCatchBrokenAlerts breaks each alert in a copy of the
-// rules, in two ways, and checks that promtool's unit tests then fail on
-// that alert: an expression that never fires (the firing case must notice)
-// and a `for:` of zero (the case that checks it is still pending must).
+// rules and checks that promtool's unit tests then fail on that alert: an
+// expression that never fires (the firing case must notice), a `for:` of
+// zero (the case that checks it is still pending must) and, for an alert
+// on dispatch drops, one that counts every reason (the case with normal
+// drops must).
 func TestPromtoolTestsCatchBrokenAlerts(t *testing.T) {
 	dir := monitoringDir(t)
 	testFile, err := os.ReadFile(filepath.Join(dir, RulesTestFile))
@@ -144,14 +219,21 @@ func TestPromtoolTestsCatchBrokenAlerts(t *testing.T) {
 		t.Fatal(err)
 	}
 	mutations := []struct {
-		name   string
-		mutate func(r *Rule)
+		name    string
+		applies func(r Rule) bool
+		mutate  func(r *Rule)
 	}{
-		{"never fires", func(r *Rule) { r.Expr = "vector(1) < 0" }},
-		{"no for duration", func(r *Rule) { r.For = "0s" }},
+		{"never fires", nil, func(r *Rule) { r.Expr = "vector(1) < 0" }},
+		{"no for duration", nil, func(r *Rule) { r.For = "0s" }},
+		{"counts every drop reason",
+			func(r Rule) bool { _, ok := countEveryDrop(r.Expr); return ok },
+			func(r *Rule) { r.Expr, _ = countEveryDrop(r.Expr) }},
 	}
 	for _, a := range alerts(t, dir) {
 		for _, m := range mutations {
+			if m.applies != nil && !m.applies(a) {
+				continue
+			}
 			t.Run(a.Alert+"/"+m.name, func(t *testing.T) {
 				rules, err := LoadRules(filepath.Join(dir, RulesFile))
 				if err != nil {

@@ -33,6 +33,9 @@
 //	Storm/adaptive, /plain-N              routes/s                     every storm route's status changes at once: quietpatch.New, or a plain client with N goroutines;
 //	                                      superseded/N, unchanged/N,   for adaptive, per route: keys coalesced, keys served with nothing to send,
 //	                                      extra/N                      patch calls beyond one
+//	FreshChange                           fresh-p50-s, fresh-p95-s,    20 routes' specs change 1 s into a storm of quietpatch.New: each edit to its
+//	                                      fresh-max-s                  correct status on the API server;
+//	                                      storm-s, routes/s, 409-share the storm's duration and rate, the share of its patch calls answered 409
 //	Politeness/alone, /adaptive,          p99-ms, p50-ms, max-ms       another client's request latency alone, and during a storm
 //	/fixed-64                             routes/s                     (adaptive, or 64 in flight)
 //
@@ -40,12 +43,16 @@
 // defaults below the first five take about ten minutes together on two cores
 // shared with other work (load average 6-8), about half that on a quiet
 // machine: the API server, CPU-bound, sets the pace; Adaptive, Storm and
-// Politeness about ten more.
+// Politeness about ten more; FreshChange two to four more (less when it
+// shares BenchmarkStorm's storm).
 //
 // TestRetryAfterHonoured, a test rather than a benchmark (make test runs
 // it, on a small control plane of its own, in under a minute), checks with
 // FaultProxy.RecordRequests that quietpatch.New sends no status PATCH inside
-// a 429's Retry-After window.
+// a 429's Retry-After window. TestFreshChangeSmoke runs BenchmarkFreshChange's
+// scenario on a control plane of its own with 200 routes, so that make test
+// catches its breakage: every change must reach its correct status (no
+// latency is asserted).
 //
 // # Sizes
 //
@@ -70,6 +77,7 @@
 //	                                   its modes, in order: adaptive, or fixed-N
 //	QP_PERF_RTTS              0s,10ms,50ms  RTTs BenchmarkAdaptive adds to status PATCHes
 //	QP_PERF_STORM_ROUTES      10000    routes of BenchmarkStorm and BenchmarkPoliteness (created for them; 50000 for the large run)
+//	QP_PERF_FRESH_ROUTES      10000    routes of BenchmarkFreshChange's storm (the same storm as BenchmarkStorm's when the sizes match)
 //	QP_PERF_STORM_SAMPLE      100ms    sampling period of the storm plot
 //	QP_PERF_COMPETITORS       2        goroutines of BenchmarkPoliteness's competing client
 //	QP_PERF_COMPETITOR_RATE   20       its requests per second, all goroutines together

@@ -98,7 +98,7 @@ func BenchmarkStalledMemory(b *testing.B) {
 				}
 				return err
 			},
-			depth: st.queue.Len,
+			depth: func() int { return st.queue.Stats().Depth },
 			peak:  func() float64 { return peakEWMA(reader) },
 		})
 		if serr := st.stop(); serr != nil {

@@ -29,23 +29,25 @@ import (
 	"github.com/quietpatch/quietpatch/statuspatch/source"
 )
 
-// The storm's objects: a Gateway of their own and routes labelled
-// stormLabel, which the world's route informer does not select.
-const (
-	stormGateway = "storm"
-	stormLabel   = "quietpatch.io/storm"
-)
+// stormLabel marks a storm's routes, its value the storm's name: the
+// world's route informer does not select them.
+const stormLabel = "quietpatch.io/storm"
 
-// storm is what BenchmarkStorm and BenchmarkPoliteness share: QP_PERF_STORM_ROUTES
-// HTTPRoutes (10,000) spread over the world's application namespaces, all
-// attached to the listener "http" of the Gateway "storm", an informer over
-// them, and a status writer (a ServiceAccount that may only patch
-// HTTPRoute statuses, no client-side rate limit). Flipping the listener's
-// allowedRoutes between the application namespaces (the routes are
-// Accepted) and the Gateway's own namespace only (NotAllowedByListeners)
-// changes the desired status of every storm route.
+// storm is what BenchmarkStorm, BenchmarkPoliteness and BenchmarkFreshChange
+// share: N HTTPRoutes (QP_PERF_STORM_ROUTES, 10,000) spread over the world's
+// application namespaces, all attached to the listener "http" of a Gateway
+// of their own, an informer over them, and a status writer (a
+// ServiceAccount that may only patch HTTPRoute statuses, no client-side rate
+// limit). Flipping the listener's allowedRoutes between the application
+// namespaces (the routes are Accepted) and the Gateway's own namespace only
+// (NotAllowedByListeners) changes the desired status of every storm route.
+//
+// A storm is named after its size (stormName): its Gateway, its routes'
+// name prefix and their stormLabel value, so that storms of different sizes
+// live side by side on one control plane.
 type storm struct {
 	w      *world
+	name   string // the Gateway's name, the routes' prefix and label value
 	keys   []types.NamespacedName
 	inf    cache.SharedIndexInformer
 	lister gatewayv1listers.HTTPRouteLister
@@ -64,38 +66,75 @@ type sharedStorm struct {
 	err  error
 }
 
-var storms sharedStorm
-
-// get returns the storm, setting it up on first use: creating 10,000 routes
-// and bringing their statuses to the open Gateway's takes a minute or two.
-func (ss *sharedStorm) get(b *testing.B, w *world) *storm {
-	b.Helper()
-	ss.once.Do(func() {
-		begin := time.Now()
-		ss.s, ss.err = newStorm(context.Background(), b, w)
-		if ss.err == nil {
-			b.Logf("storm ready in %v: %d routes", time.Since(begin).Round(time.Millisecond), len(ss.s.keys))
-		}
-	})
-	if ss.err != nil {
-		b.Fatalf("storm: %v", ss.err)
-	}
-	return ss.s
+// stormSet holds the benchmarks' storms, one per size, each set up on
+// first use.
+type stormSet struct {
+	mu  sync.Mutex
+	all map[int]*sharedStorm
 }
 
-func (ss *sharedStorm) close() error {
-	if ss.s != nil {
-		ss.s.stopInformer()
+var storms stormSet
+
+// get returns the storm of QP_PERF_STORM_ROUTES routes.
+func (ss *stormSet) get(b *testing.B, w *world) *storm { return ss.sized(b, w, w.cfg.StormRoutes) }
+
+// sized returns the storm of n routes, setting it up on first use: creating
+// 10,000 routes and bringing their statuses to the open Gateway's takes a
+// minute or two.
+func (ss *stormSet) sized(b *testing.B, w *world, n int) *storm {
+	b.Helper()
+	ss.mu.Lock()
+	if ss.all == nil {
+		ss.all = map[int]*sharedStorm{}
+	}
+	one := ss.all[n]
+	if one == nil {
+		one = &sharedStorm{}
+		ss.all[n] = one
+	}
+	ss.mu.Unlock()
+	one.once.Do(func() {
+		begin := time.Now()
+		one.s, one.err = newStorm(context.Background(), b, w, n)
+		if one.err == nil {
+			b.Logf("storm %q ready in %v: %d routes", one.s.name, time.Since(begin).Round(time.Millisecond), len(one.s.keys))
+		}
+	})
+	if one.err != nil {
+		b.Fatalf("storm of %d routes: %v", n, one.err)
+	}
+	return one.s
+}
+
+func (ss *stormSet) close() error {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for _, one := range ss.all {
+		if one.s != nil {
+			one.s.stopInformer()
+		}
 	}
 	return nil
 }
 
-func newStorm(ctx context.Context, b *testing.B, w *world) (*storm, error) {
-	ctx, cancel := context.WithTimeout(ctx, 20*time.Minute)
+// stormName is the name of the storm of n routes: "storm" for
+// QP_PERF_STORM_ROUTES (BenchmarkStorm's), "storm-<n>" for another size.
+func stormName(w *world, n int) string {
+	if n == w.cfg.StormRoutes {
+		return "storm"
+	}
+	return fmt.Sprintf("storm-%d", n)
+}
+
+// newStorm creates the storm of n routes on w's control plane and
+// converges their statuses (plain patches), within a deadline that grows
+// with n. The caller stops its informer (stopInformer).
+func newStorm(ctx context.Context, tb testing.TB, w *world, n int) (*storm, error) {
+	ctx, cancel := context.WithTimeout(ctx, max(20*time.Minute, time.Duration(n)*25*time.Millisecond))
 	defer cancel()
-	s := &storm{w: w, open: true, stopInformer: func() {}}
+	s := &storm{w: w, name: stormName(w, n), open: true, stopInformer: func() {}}
 	gw := w.set.Gateway.DeepCopy()
-	gw.Name = stormGateway
+	gw.Name = s.name
 	gw.Spec.Listeners = gw.Spec.Listeners[:1] // "http": application namespaces, *.example.com
 	objs := []runtime.Object{gw}
 	var apps []string
@@ -104,8 +143,8 @@ func newStorm(ctx context.Context, b *testing.B, w *world) (*storm, error) {
 			apps = append(apps, ns.Name)
 		}
 	}
-	for i := range w.cfg.StormRoutes {
-		r := stormRoute(w.set.InfraNamespace, apps[i%len(apps)], fmt.Sprintf("storm-%05d", i))
+	for i := range n {
+		r := stormRoute(w.set.InfraNamespace, apps[i%len(apps)], s.name, fmt.Sprintf("%s-%05d", s.name, i))
 		objs = append(objs, r)
 		s.keys = append(s.keys, types.NamespacedName{Namespace: r.Namespace, Name: r.Name})
 	}
@@ -113,11 +152,11 @@ func newStorm(ctx context.Context, b *testing.B, w *world) (*storm, error) {
 	if err := install(ctx, w.cp, objs, 32); err != nil {
 		return nil, err
 	}
-	b.Logf("created the storm Gateway and %d routes in %v", len(s.keys), time.Since(begin).Round(time.Millisecond))
+	tb.Logf("created the storm Gateway %q and %d routes in %v", s.name, len(s.keys), time.Since(begin).Round(time.Millisecond))
 
 	ictx, icancel := context.WithCancel(context.Background())
 	f := gatewayinformers.NewSharedInformerFactoryWithOptions(w.gw, 0,
-		gatewayinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = stormLabel }))
+		gatewayinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = stormLabel + "=" + s.name }))
 	s.inf = f.Gateway().V1().HTTPRoutes().Informer()
 	s.lister = f.Gateway().V1().HTTPRoutes().Lister()
 	f.Start(ictx.Done())
@@ -133,35 +172,44 @@ func newStorm(ctx context.Context, b *testing.B, w *world) (*storm, error) {
 		return fail(errors.New("the storm routes' informer did not sync"))
 	}
 	err := poll(ctx, 100*time.Millisecond, "the storm Gateway in the informer cache", func() error {
-		_, err := w.lookup.Gateways.Gateways(w.set.InfraNamespace).Get(stormGateway)
+		_, err := w.lookup.Gateways.Gateways(w.set.InfraNamespace).Get(s.name)
 		return err
 	})
 	if err != nil {
 		return fail(err)
 	}
-	if s.writer, err = w.statusWriter(ctx, "storm-writer"); err != nil {
+	if s.writer, err = w.statusWriter(ctx, s.name+"-writer"); err != nil {
 		return fail(err)
 	}
 	if s.dyn, err = dynamic.NewForConfig(s.writer); err != nil {
 		return fail(err)
 	}
 	begin = time.Now()
-	for range 3 {
-		var rec recorder
-		if err := w.floorWith(ctx, s.dyn, s.changed(), w.cfg.Workers, &rec); err == nil {
-			break
-		}
-	}
-	if err := s.waitConverged(ctx); err != nil {
+	if err := s.converge(ctx); err != nil {
 		return fail(err)
 	}
-	b.Logf("storm routes converged in %v", time.Since(begin).Round(time.Millisecond))
+	tb.Logf("storm routes converged in %v", time.Since(begin).Round(time.Millisecond))
 	return s, nil
 }
 
-// stormRoute is route name in namespace ns, attached to the storm Gateway's
-// listener "http", with a valid backend.
-func stormRoute(infra, ns, name string) *gatewayv1.HTTPRoute {
+// converge brings the storm routes whose status is not the desired one to
+// it with plain patches (the status writer, w.cfg.Workers at a time, up to
+// three rounds) and waits until the informer shows every route converged.
+// Call it once the informer shows the changes it is to converge.
+func (s *storm) converge(ctx context.Context) error {
+	for range 3 {
+		var rec recorder
+		if err := s.w.floorWith(ctx, s.dyn, s.changed(), s.w.cfg.Workers, &rec); err == nil {
+			break
+		}
+	}
+	return s.waitConverged(ctx)
+}
+
+// stormRoute is route name in namespace ns, labelled for the storm
+// storm and attached to the listener "http" of its Gateway (of the same
+// name), with a valid backend.
+func stormRoute(infra, ns, storm, name string) *gatewayv1.HTTPRoute {
 	group := gatewayv1.Group(gatewayv1.GroupName)
 	kind := gatewayv1.Kind("Gateway")
 	gwNS := gatewayv1.Namespace(infra)
@@ -170,10 +218,10 @@ func stormRoute(infra, ns, name string) *gatewayv1.HTTPRoute {
 	weight := int32(1)
 	return &gatewayv1.HTTPRoute{
 		TypeMeta:   metav1.TypeMeta{APIVersion: gatewayv1.GroupVersion.String(), Kind: "HTTPRoute"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{stormLabel: "true"}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{stormLabel: storm}},
 		Spec: gatewayv1.HTTPRouteSpec{
 			CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{{
-				Group: &group, Kind: &kind, Namespace: &gwNS, Name: stormGateway, SectionName: &section,
+				Group: &group, Kind: &kind, Namespace: &gwNS, Name: gatewayv1.ObjectName(storm), SectionName: &section,
 			}}},
 			Hostnames: []gatewayv1.Hostname{gatewayv1.Hostname(name + "." + ns + ".example.com")},
 			Rules: []gatewayv1.HTTPRouteRule{{
@@ -227,7 +275,7 @@ func (s *storm) flip(ctx context.Context) error {
 	client := s.w.gw.GatewayV1().Gateways(s.w.set.InfraNamespace)
 	var updated *gatewayv1.Gateway
 	for attempt := 0; ; attempt++ {
-		gw, err := client.Get(ctx, stormGateway, metav1.GetOptions{})
+		gw, err := client.Get(ctx, s.name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -253,7 +301,7 @@ func (s *storm) flip(ctx context.Context) error {
 	}
 	s.open = !s.open
 	return poll(ctx, 5*time.Millisecond, "the storm Gateway's change in the informer cache", func() error {
-		gw, err := s.w.lookup.Gateways.Gateways(s.w.set.InfraNamespace).Get(stormGateway)
+		gw, err := s.w.lookup.Gateways.Gateways(s.w.set.InfraNamespace).Get(s.name)
 		if err != nil {
 			return err
 		}
@@ -266,11 +314,12 @@ func (s *storm) flip(ctx context.Context) error {
 
 // stormResult is what a storm run measured.
 type stormResult struct {
-	took    time.Duration // from the Gateway update to the last successful patch's answer
-	patches int64         // patch calls answered
-	failed  int64
-	stats   quietpatch.Stats // the controller's, at the end; zero for the plain client
-	samples []StormSample
+	took      time.Duration // from the Gateway update to the last successful patch's answer
+	patches   int64         // patch calls answered
+	failed    int64
+	conflicts int64            // answered 409 Conflict (a resourceVersion precondition failed)
+	stats     quietpatch.Stats // the controller's, at the end; zero for the plain client
+	samples   []StormSample
 }
 
 func (r stormResult) routesPerSecond(n int) float64 { return float64(n) / r.took.Seconds() }
@@ -355,17 +404,23 @@ type controllerRun struct {
 	workers int                   // Config.Workers: 0 adaptive
 	sample  time.Duration         // sampling period of the controller's state; 0: none
 	during  func(context.Context) // runs from the flip until the storm converged, if set
+	// alongside, if set, runs from the moment the Gateway's change is in
+	// the informer cache (start: when its update was sent) alongside the
+	// storm; the run ends only once it returned, and its error ends the
+	// run. BenchmarkFreshChange edits routes with it.
+	alongside func(ctx context.Context, start time.Time) error
 }
 
 // runController is the library's storm: quietpatch.New, as a user would
-// build it, with its defaults (capacity statuspatch.DefaultCapacity,
+// build it, with its defaults (capacity 50,000,
 // Interval 10 s) and run.workers, over the storm routes' informer; the
 // status writer's patcher from NewStatusPatcherForConfig; a Dependency on
 // the Gateways maps the storm Gateway to every storm route, as the
 // example's controller does (more than FreshFanout keys: a pass). Once
 // the controller is up and idle the Gateway is flipped; the run ends when
-// every route has its new status.
-func (s *storm) runController(ctx context.Context, b *testing.B, run controllerRun) (stormResult, error) {
+// every route has its new status (and run.alongside returned), the
+// controller is idle and stopped.
+func (s *storm) runController(ctx context.Context, _ testing.TB, run controllerRun) (stormResult, error) {
 	w := s.w
 	var rec recorder
 	patcher, err := statuspatch.NewStatusPatcherForConfig(s.writer, routeGVR, fieldManager)
@@ -379,7 +434,7 @@ func (s *storm) runController(ctx context.Context, b *testing.B, run controllerR
 	// Dependency on Gateways maps it (through its index): more keys than
 	// FreshFanout, so its events make a pass.
 	stormRoutes := func(obj any) []types.NamespacedName {
-		if gw, ok := obj.(*gatewayv1.Gateway); ok && gw.Name == stormGateway && gw.Namespace == w.set.InfraNamespace {
+		if gw, ok := obj.(*gatewayv1.Gateway); ok && gw.Name == s.name && gw.Namespace == w.set.InfraNamespace {
 			return s.keys
 		}
 		return nil
@@ -456,20 +511,30 @@ func (s *storm) runController(ctx context.Context, b *testing.B, run controllerR
 	if err := s.flip(ctx); err != nil {
 		return stormResult{}, err
 	}
+	alongside := make(chan error, 1)
+	if run.alongside != nil {
+		go func() { alongside <- run.alongside(ctx, start) }()
+	} else {
+		alongside <- nil
+	}
 	// Every route needs one successful patch (a second one would fail its
-	// resourceVersion precondition); then the informer must show them.
+	// resourceVersion precondition, unless the route changed meanwhile);
+	// then the informer must show them.
 	err = poll(ctx, 20*time.Millisecond, "a successful patch per storm route", func() error {
 		if n := rec.ok.Load(); n < int64(len(s.keys)) {
 			return fmt.Errorf("%d of %d routes patched (%d failed, first error %v)", n, len(s.keys), rec.failed.Load(), rec.err())
 		}
 		return nil
 	})
+	if aerr := <-alongside; err == nil {
+		err = aerr
+	}
 	stopSampling()
 	sampling.Wait()
 	if err != nil {
 		return stormResult{}, err
 	}
-	res := stormResult{took: unixTime(rec.lastOK.Load()).Sub(start), samples: samples}
+	res := stormResult{samples: samples}
 	if err := s.waitConverged(ctx); err != nil {
 		return res, err
 	}
@@ -481,7 +546,11 @@ func (s *storm) runController(ctx context.Context, b *testing.B, run controllerR
 		}
 		return nil
 	})
-	res.patches, res.failed, res.stats = rec.done(), rec.failed.Load(), ctrl.Stats()
+	// The last successful patch, once every route converged and nothing is
+	// left to send: the storm's end, the fresh changes' patches included.
+	res.took = unixTime(rec.lastOK.Load()).Sub(start)
+	res.patches, res.failed, res.conflicts = rec.done(), rec.failed.Load(), rec.conflicts.Load()
+	res.stats = ctrl.Stats()
 	if err != nil {
 		return res, err
 	}
@@ -553,7 +622,7 @@ func BenchmarkStorm(b *testing.B) {
 		frac := func(v int64) float64 { return float64(v) / float64(n) }
 		b.ReportMetric(res.routesPerSecond(n), "routes/s")
 		b.ReportMetric(frac(st.Queue.Coalesced), "superseded/N")
-		b.ReportMetric(frac(st.Dispatcher.Dropped[statuspatch.DropUnchanged]), "unchanged/N")
+		b.ReportMetric(frac(st.Dispatcher.Dropped["unchanged"]), "unchanged/N")
 		b.ReportMetric(frac(res.patches-int64(n)), "extra/N")
 		var lim limitSampler
 		for _, smp := range res.samples {

@@ -63,6 +63,7 @@ type config struct {
 	AdaptiveModes   []dispatchMode  // QP_PERF_ADAPTIVE_MODES
 	RTTs            []time.Duration // QP_PERF_RTTS
 	StormRoutes     int             // QP_PERF_STORM_ROUTES
+	FreshRoutes     int             // QP_PERF_FRESH_ROUTES
 	StormSample     time.Duration   // QP_PERF_STORM_SAMPLE
 	Competitors     int             // QP_PERF_COMPETITORS
 	CompetitorRate  float64         // QP_PERF_COMPETITOR_RATE
@@ -77,7 +78,7 @@ func loadConfig() (config, error) {
 		StallPasses: 10, StallInterval: time.Second, StallRecover: 5 * time.Second, SamplePeriod: 500 * time.Millisecond,
 		PlotsDir:       os.Getenv("QP_PLOTS_DIR"),
 		AdaptiveRoutes: 1_000, AdaptiveModes: defaultAdaptiveModes, RTTs: []time.Duration{0, 10 * time.Millisecond, 50 * time.Millisecond},
-		StormRoutes: 10_000, StormSample: 100 * time.Millisecond,
+		StormRoutes: 10_000, StormSample: 100 * time.Millisecond, FreshRoutes: 10_000,
 		Competitors: 2, CompetitorRate: 20, AloneFor: 45 * time.Second,
 		PolitenessModes: []dispatchMode{{"adaptive", 0}, {"fixed-64", 64}},
 	}
@@ -92,6 +93,7 @@ func loadConfig() (config, error) {
 		{"QP_PERF_NAIVE_INTERVALS", &c.NaiveIntervals, 1}, {"QP_PERF_CAPACITY", &c.Capacity, 1},
 		{"QP_PERF_STALL_PASSES", &c.StallPasses, 1},
 		{"QP_PERF_ADAPTIVE_ROUTES", &c.AdaptiveRoutes, 1}, {"QP_PERF_STORM_ROUTES", &c.StormRoutes, 1},
+		{"QP_PERF_FRESH_ROUTES", &c.FreshRoutes, 1},
 		{"QP_PERF_COMPETITORS", &c.Competitors, 1},
 	}
 	for _, f := range ints {
@@ -741,6 +743,7 @@ func (w *world) floorWith(ctx context.Context, client dynamic.Interface, routes 
 // successful patch returned.
 type recorder struct {
 	ok, failed      atomic.Int64
+	conflicts       atomic.Int64 // of failed: 409 Conflict
 	firstOK, lastOK atomic.Int64 // UnixNano; 0: none yet
 	mu              sync.Mutex
 	firstErr        error
@@ -749,6 +752,9 @@ type recorder struct {
 func (r *recorder) record(err error) {
 	if err != nil {
 		r.failed.Add(1)
+		if apierrors.IsConflict(err) {
+			r.conflicts.Add(1)
+		}
 		r.mu.Lock()
 		if r.firstErr == nil {
 			r.firstErr = err

@@ -70,7 +70,7 @@ func newFlagSet(getenv env) (*flag.FlagSet, *flagValues) {
 	fs.DurationVar(&v.interval, "reconcile-interval", controller.DefaultReconcileInterval,
 		"time between full reconcile passes while leader (events reconcile single routes in between)")
 	fs.IntVar(&v.queueCapacity, "queue-capacity", 0,
-		"route keys each lane of the queue holds (a pass finding more changed routes halts and the next resumes where it stopped); 0: statuspatch.DefaultCapacity ("+strconv.Itoa(controller.DefaultQueueCapacity)+")")
+		"route keys each lane of the queue holds (a pass finding more changed routes halts and the next resumes where it stopped); 0: the library's default ("+strconv.Itoa(controller.DefaultQueueCapacity)+")")
 	fs.DurationVar(&v.patchLatency, "patch-latency", 0,
 		"deprecated and ignored (see --queue-capacity)")
 	fs.DurationVar(&v.patchTimeout, "patch-timeout", controller.DefaultPatchTimeout,

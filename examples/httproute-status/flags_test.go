@@ -190,7 +190,7 @@ func TestFlagOf(t *testing.T) {
 			t.Errorf("usage lacks -%s", f.Name)
 		}
 	})
-	for _, s := range []string{"0: automatic", "0: statuspatch.DefaultCapacity (50000)", "negative: none, the default", "Priority and Fairness"} {
+	for _, s := range []string{"0: automatic", "0: the library's default (50000)", "negative: none, the default", "Priority and Fairness"} {
 		if !strings.Contains(b.String(), s) {
 			t.Errorf("usage lacks %q", s)
 		}

@@ -35,7 +35,7 @@ type Options struct {
 	// Config configures the pipeline; see quietpatch.Config for every
 	// field and its default. Add sets these when they are zero:
 	//
-	//   - Name: statuspatch.DefaultName. It labels the instruments and
+	//   - Name: "quietpatch" (statuspatch.Options' default). It labels the instruments and
 	//     names the probes: give each pipeline of a process its own.
 	//   - Leases (unless Observer is set): a Lease client of its own made
 	//     from mgr.GetConfig() and sharing mgr.GetHTTPClient(), limited to
@@ -71,13 +71,15 @@ type Options struct {
 	Patcher statuspatch.Patcher[statuspatch.MergePatch]
 
 	// PatchQPS and PatchBurst are the client-side rate limit of the
-	// default patcher's client. Zero (the default) or negative PatchQPS
-	// means no client-side limit: the pipeline bounds its own calls in
-	// flight (Config.Workers) and the API server's priority and fairness
-	// protects it, while
-	// a limiter would silently cap throughput (see the package
-	// documentation, section Clients). PatchBurst defaults to PatchQPS
-	// (at least 1) when PatchQPS > 0.
+	// default patcher's client. A positive PatchQPS is that many requests
+	// per second, a negative one means no client-side limit (client-go's
+	// convention), and zero, the default, means the library's default,
+	// which is no limit: 0 behaves like −1. Without a limit the pipeline
+	// bounds its own calls in flight (Config.Workers) and the API server's
+	// priority and fairness protects it, while a limiter would silently
+	// cap throughput (see the package documentation, section Clients).
+	// PatchBurst applies only with a positive PatchQPS, and defaults to
+	// PatchQPS (at least 1); it must not be negative.
 	PatchQPS   float32
 	PatchBurst int
 
@@ -96,8 +98,9 @@ type Options struct {
 // In one call, Add:
 //
 //   - builds the Source over the manager's informer for obj's type
-//     ([NewSource]: the informer's own objects, no deep copies), on which
-//     quietpatch.New registers the handler that enqueues every change;
+//     ([NewSource]: the cache's own objects, no deep copies, whatever the
+//     cache's namespaces and selectors), on which quietpatch.New registers
+//     the handler that enqueues every change;
 //   - builds the Patcher (Options.Patcher, else statuspatch's REST
 //     patcher over a client of its own — see Options.PatchQPS);
 //   - builds the pipeline with quietpatch.New (claimer of its own Lease,
@@ -128,7 +131,7 @@ func Add[O client.Object, S any](ctx context.Context, mgr manager.Manager, obj O
 	}
 	cfg := opts.Config
 	if cfg.Name == "" {
-		cfg.Name = statuspatch.DefaultName
+		cfg.Name = "quietpatch"
 	}
 	if opts.FieldManager == "" {
 		opts.FieldManager = cfg.Name
@@ -200,13 +203,7 @@ func Add[O client.Object, S any](ctx context.Context, mgr manager.Manager, obj O
 // the 429 and holds every call back for the window.
 func newPatcher(mgr manager.Manager, obj client.Object, opts Options) (statuspatch.Patcher[statuspatch.MergePatch], error) {
 	rc := rest.CopyConfig(mgr.GetConfig())
-	rc.QPS, rc.Burst = -1, 0 // no client-side limit
-	if opts.PatchQPS > 0 {
-		rc.QPS, rc.Burst = opts.PatchQPS, opts.PatchBurst
-		if rc.Burst == 0 {
-			rc.Burst = max(1, int(opts.PatchQPS))
-		}
-	}
+	rc.QPS, rc.Burst = patchLimit(opts.PatchQPS, opts.PatchBurst)
 	gvk, err := apiutil.GVKForObject(obj, mgr.GetScheme())
 	if err != nil {
 		return nil, fmt.Errorf("controllerruntime: Add: the object's kind: %w", err)
@@ -220,6 +217,20 @@ func newPatcher(mgr manager.Manager, obj client.Object, opts Options) (statuspat
 		return nil, fmt.Errorf("controllerruntime: Add: the patch client: %w", err)
 	}
 	return p, nil
+}
+
+// patchLimit returns the rest.Config QPS and Burst of the default
+// patcher's client for Options.PatchQPS and PatchBurst: -1 (client-go: no
+// rate limiter) for a QPS of zero or less; else qps, with burst defaulting
+// to qps (at least 1).
+func patchLimit(qps float32, burst int) (float32, int) {
+	if qps <= 0 {
+		return -1, 0
+	}
+	if burst == 0 {
+		burst = max(1, int(qps))
+	}
+	return qps, burst
 }
 
 // leaseClient builds the Lease client: its own rate limiter, the manager's

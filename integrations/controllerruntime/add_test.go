@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -85,11 +84,6 @@ func TestAddErrors(t *testing.T) {
 				qpcr.Options{Config: quietpatch.Config{Lease: lease}, PatchQPS: 10, PatchBurst: -1})
 			return err
 		}, nil, "PatchBurst must be >= 0"},
-		{"cache of several namespaces", func(t *testing.T) error {
-			mgr := newMgr(t, manager.Options{Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{"a": {}, "b": {}}}})
-			_, err := qpcr.Add(ctx, mgr, &examplev1.Widget{}, comp, qpcr.Options{Config: quietpatch.Config{Lease: lease}, Registerer: reg()})
-			return err
-		}, qpcr.ErrNoIndexer, "several namespaces"},
 		{"patcher without client", func(t *testing.T) error {
 			_, err := qpcr.NewStatusPatcher(nil, &examplev1.Widget{}, "m")
 			return err

@@ -2,15 +2,25 @@
 // controller-runtime (kubebuilder) manager.Manager: one call, [Add], builds
 // it from the manager's cache, client, probes and metrics registry.
 //
-//	mgr, _ := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{Scheme: scheme})
-//	computer, _ := conditions.New(conditions.Config[*v1.Widget]{Conditions: readyCondition})
-//	_, err := controllerruntime.Add(ctx, mgr, &v1.Widget{}, computer, controllerruntime.Options{
-//		Config: quietpatch.Config{
-//			Options: statuspatch.Options{Name: "widgets"},
-//			Lease:   leader.Config{Namespace: "widget-system", Name: "widget-status"},
-//		},
-//	})
-//	mgr.Start(ctx)
+//	func run(ctx context.Context, scheme *runtime.Scheme, readyCondition func(*v1.Widget) ([]metav1.Condition, error)) error {
+//		mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{Scheme: scheme})
+//		if err != nil {
+//			return err
+//		}
+//		computer, err := conditions.New(conditions.Config[*v1.Widget]{Conditions: readyCondition})
+//		if err != nil {
+//			return err
+//		}
+//		if _, err := controllerruntime.Add(ctx, mgr, &v1.Widget{}, computer, controllerruntime.Options{
+//			Config: quietpatch.Config{
+//				Options: statuspatch.Options{Name: "widgets"},
+//				Lease:   leader.Config{Namespace: "widget-system", Name: "widget-status"},
+//			},
+//		}); err != nil {
+//			return err
+//		}
+//		return mgr.Start(ctx) // the pipeline stops in the safe order before the caches
+//	}
 //
 // The parts are public for those who assemble the pipeline themselves
 // (say, with a Patcher of another payload type): [NewSource], [NewStatusPatcher],
@@ -71,20 +81,47 @@
 //
 // # Cache
 //
-// [NewSource] reads the manager's informer through the client-go indexer
-// behind it: List and Get return the cache's own objects, with no deep
-// copy per object and pass (the manager's client.Reader copies each object
-// it returns), so the StatusComputer must not modify them. A cache
-// restricted to several namespaces (cache.Options.DefaultNamespaces with
-// more than one entry) has no single indexer: [NewSource] then fails with
-// [ErrNoIndexer]. Changes of the resource are enqueued by the handler
-// quietpatch.New registers on the informer. The resources a status depends
-// on are declared in Options.Config.Dependencies: an informer of the
-// manager's cache (mgr.GetCache().GetInformer) is a quietpatch.Informer,
-// and its entry's Keys maps each of its objects to the keys it affects:
+// [Add] and [NewSource] work with every cache controller-runtime builds
+// from manager.Options.Cache (cache.Options): all namespaces; one or
+// several namespaces (DefaultNamespaces, ByObject[obj].Namespaces, with
+// cache.AllNamespaces among them or not, each namespace with selectors of
+// its own or not); a label or field selector (DefaultLabelSelector,
+// DefaultFieldSelector, ByObject[obj].Label and Field); and any mix of
+// these. The pipeline sees exactly the objects the cache holds — those the
+// cache's client.Reader lists — and writes no others: an object outside
+// the cache's view is neither reconciled nor patched.
 //
-//	configMaps, _ := mgr.GetCache().GetInformer(ctx, &corev1.ConfigMap{})
-//	opts.Config.Dependencies = []quietpatch.Dependency{{Informer: configMaps, Keys: widgetsOf}}
+// What the cache hands out differs, and [NewSource] reads each as it is:
+//
+//   - a cache of all namespaces, with or without selectors, hands out a
+//     client-go SharedIndexInformer: List and Get read its indexer;
+//   - a cache restricted to namespaces (and, when DefaultNamespaces is
+//     set, the cache of cluster-scoped objects too) hands out
+//     controller-runtime's multi-namespace informer, one informer per
+//     namespace behind an Informer without a store to read: the Source
+//     then keeps an index of the keys of the objects those informers
+//     store, filled by one event handler (about 85 bytes per object), and
+//     lists their union, each object once.
+//
+// Either way List and Get return the cache's own objects, with no deep copy
+// per object and pass (the manager's client.Reader copies each object it
+// returns), so the StatusComputer must not modify them. Changes of the
+// resource are enqueued by the handler quietpatch.New registers on the
+// Source (Source.AddEventHandler), which sees each event only once List
+// and Get do. The resources a status depends on are declared in
+// Options.Config.Dependencies: an informer of the manager's cache
+// (mgr.GetCache().GetInformer) is a quietpatch.Informer, whatever the
+// cache's configuration, and its entry's Keys maps each of its objects to
+// the keys it affects:
+//
+//	func withPolicy(ctx context.Context, mgr manager.Manager, opts *controllerruntime.Options, widgetsOf func(any) []types.NamespacedName) error {
+//		configMaps, err := mgr.GetCache().GetInformer(ctx, &corev1.ConfigMap{})
+//		if err != nil {
+//			return err
+//		}
+//		opts.Config.Dependencies = append(opts.Config.Dependencies, quietpatch.Dependency{Informer: configMaps, Keys: widgetsOf})
+//		return nil
+//	}
 //
 // # Clients
 //

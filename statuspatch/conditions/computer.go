@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -31,14 +32,17 @@ type Status struct {
 	// ObservedGeneration is status.observedGeneration: the
 	// metadata.generation the status was computed from.
 	ObservedGeneration int64
-	// Conditions is status.conditions.
+	// Conditions is status.conditions. In a status from [Computer.Desired]
+	// it holds only the conditions the Computer owns, as computed; the
+	// others are added by [Computer.Patch] as it reads them.
 	Conditions []metav1.Condition
 	// Fields are further status fields by JSON name (Config.Fields),
 	// compared and patched by their JSON encoding. Nil in a current status:
 	// the current values are read from the object when compared.
 	Fields map[string]any
 
-	obj any // the object a current status was read from; nil otherwise
+	obj     any  // the object a current status was read from; nil otherwise
+	desired bool // made by Desired: Conditions are the owned ones only
 }
 
 // Config configures a [Computer]. Conditions is required.
@@ -48,8 +52,20 @@ type Config[O any] struct {
 	// the object's metadata.generation; LastTransitionTime is set by the
 	// Computer (kept from the current condition of the same Type and
 	// Status, else the time of the patch). An error counts the object as
-	// not reconciled for this pass. Required.
+	// not reconciled for this pass. Without OwnedTypes, the types returned
+	// for an object are the types the Computer owns on it, this time:
+	// conditions of other types are left as they are, including a type
+	// this function returned before and no longer does. Required.
 	Conditions func(obj O) ([]metav1.Condition, error)
+	// OwnedTypes, if not empty, declares the condition types the Computer
+	// owns on every object. Conditions must return types within it (another
+	// type is an error for that object, and no patch is built); an owned
+	// type it does not return is removed from the object. Conditions of
+	// other types are left as they are. Set it when a type comes and goes
+	// (a Degraded condition present only while degraded): without it, a
+	// condition the function stops returning is kept forever. Each must be
+	// a valid condition type. Optional.
+	OwnedTypes []string
 	// Fields, if set, computes further status fields the controller owns,
 	// by JSON name ("replicas", …), as values encoding/json marshals. They
 	// are compared with the object's current values by their JSON
@@ -75,8 +91,13 @@ type Config[O any] struct {
 // keeps LastTransitionTime where a condition's status did not change,
 // validates the conditions as the API server would (a condition the CRD
 // would reject makes the object an error, not a rejected write), and builds
-// a [statuspatch.MergePatch] with a resourceVersion precondition. The merge
-// patch replaces status.conditions whole: the controller owns them.
+// a [statuspatch.MergePatch] with a resourceVersion precondition.
+//
+// It writes only the condition types it owns (Config.OwnedTypes, or else
+// the types Config.Conditions returns): other conditions are left as read,
+// in their place, and never make an object changed. The package doc says
+// exactly what that means, and why the resourceVersion precondition makes
+// it safe against a concurrent writer (409 Conflict, then a recompute).
 //
 // O is either *unstructured.Unstructured (for CRDs without Go types; the
 // status is read from the object's map, which allocates per object) or a
@@ -87,6 +108,7 @@ type Config[O any] struct {
 // object costs tens of nanoseconds beyond Config.Conditions.
 type Computer[O metav1.Object] struct {
 	cfg      Config[O]
+	owned    []string // Config.OwnedTypes; nil: the types Conditions returns
 	clk      clock.PassiveClock
 	unstruct bool
 	status   int            // index of the Status field (typed)
@@ -98,13 +120,20 @@ type Computer[O metav1.Object] struct {
 var _ statuspatch.StatusComputer[*unstructured.Unstructured, Status, statuspatch.MergePatch] = (*Computer[*unstructured.Unstructured])(nil)
 
 // New returns a Computer for objects of type O, or an error: a
-// [*leader.ConfigError] when Conditions is nil, an error wrapping
-// [ErrInvalidType] when O has not the status shape described on [Computer].
+// [*leader.ConfigError] when Conditions is nil or OwnedTypes holds an
+// invalid condition type, an error wrapping [ErrInvalidType] when O has not
+// the status shape described on [Computer].
 func New[O metav1.Object](cfg Config[O]) (*Computer[O], error) {
 	if cfg.Conditions == nil {
 		return nil, &leader.ConfigError{Field: "Conditions", Reason: "must be set"}
 	}
-	c := &Computer[O]{cfg: cfg, clk: cfg.Clock}
+	for i, t := range cfg.OwnedTypes {
+		if errs := metav1validation.ValidateLabelName(t, field.NewPath("OwnedTypes").Index(i)); t == "" || len(errs) > 0 {
+			return nil, &leader.ConfigError{Field: "OwnedTypes",
+				Reason: fmt.Sprintf("must hold valid condition types, got %q at index %d", t, i)}
+		}
+	}
+	c := &Computer[O]{cfg: cfg, owned: slices.Clone(cfg.OwnedTypes), clk: cfg.Clock}
 	if c.clk == nil {
 		c.clk = clock.RealClock{}
 	}
@@ -169,10 +198,15 @@ func (c *Computer[O]) Current(obj O) Status {
 }
 
 // Desired calls Config.Conditions (and Config.Fields) and completes the
-// result with the object's generation.
+// result with the object's generation. Its Conditions are the owned ones
+// only. It fails when Config.OwnedTypes is set and a condition's type is
+// not in it.
 func (c *Computer[O]) Desired(obj O) (Status, error) {
 	conds, err := c.cfg.Conditions(obj)
 	if err != nil {
+		return Status{}, err
+	}
+	if err := c.checkOwned(conds); err != nil {
 		return Status{}, err
 	}
 	gen := obj.GetGeneration()
@@ -181,7 +215,7 @@ func (c *Computer[O]) Desired(obj O) (Status, error) {
 			conds[i].ObservedGeneration = gen
 		}
 	}
-	s := Status{ObservedGeneration: gen, Conditions: conds}
+	s := Status{ObservedGeneration: gen, Conditions: conds, desired: true}
 	if c.cfg.Fields != nil {
 		if s.Fields, err = c.cfg.Fields(obj); err != nil {
 			return Status{}, err
@@ -195,12 +229,57 @@ func (c *Computer[O]) Desired(obj O) (Status, error) {
 	return s, nil
 }
 
+// checkOwned fails when OwnedTypes is set and a condition is not of an
+// owned type.
+func (c *Computer[O]) checkOwned(conds []metav1.Condition) error {
+	if c.owned == nil {
+		return nil
+	}
+	for i := range conds {
+		if !slices.Contains(c.owned, conds[i].Type) {
+			return fmt.Errorf("conditions: Config.Conditions returned type %q, not in Config.OwnedTypes %q", conds[i].Type, c.owned)
+		}
+	}
+	return nil
+}
+
+// owns reports whether the Computer owns condition type t, given the
+// conditions computed for the object.
+func (c *Computer[O]) owns(t string, desired []metav1.Condition) bool {
+	if slices.Contains(c.owned, t) {
+		return true
+	}
+	for i := range desired {
+		if desired[i].Type == t {
+			return true
+		}
+	}
+	return false
+}
+
 // Equal reports whether a and b have the same observedGeneration, the same
-// conditions ([Equal]: order and LastTransitionTime ignored) and the same
-// values of b's Fields.
+// owned conditions ([Equal]: order and LastTransitionTime ignored) and the
+// same values of b's Fields. A current status (from [Computer.Current])
+// compared with a desired one (from [Computer.Desired]) is compared on the
+// owned conditions only: foreign conditions never make a difference. Two
+// desired statuses, or two current ones, compare all their conditions.
 func (c *Computer[O]) Equal(a, b Status) bool {
-	if a.ObservedGeneration != b.ObservedGeneration || !Equal(a.Conditions, b.Conditions) {
+	if a.ObservedGeneration != b.ObservedGeneration {
 		return false
+	}
+	switch {
+	case b.desired && !a.desired:
+		if !c.equalOwned(a.Conditions, b.Conditions) {
+			return false
+		}
+	case a.desired && !b.desired:
+		if !c.equalOwned(b.Conditions, a.Conditions) {
+			return false
+		}
+	default:
+		if !Equal(a.Conditions, b.Conditions) {
+			return false
+		}
 	}
 	if len(b.Fields) == 0 && len(a.Fields) == 0 {
 		return true
@@ -233,6 +312,43 @@ func (c *Computer[O]) field(s Status, name string) (any, bool) {
 	return reflect.ValueOf(s.obj).Elem().Field(c.status).Field(i).Interface(), true
 }
 
+// equalOwned is [Equal] of the owned conditions of cur and desired. It
+// allocates nothing.
+func (c *Computer[O]) equalOwned(cur, desired []metav1.Condition) bool {
+	if Equal(cur, desired) {
+		return true // the usual case: no foreign condition, nothing changed
+	}
+	n := 0
+	for i := range cur {
+		if c.owns(cur[i].Type, desired) {
+			n++
+		}
+	}
+	if n != len(desired) {
+		return false
+	}
+	// Both sides hold n owned conditions: they are the same multiset when
+	// each condition of desired occurs as often in cur (where any condition
+	// of its Type is owned) as in desired.
+	for k := range desired {
+		na, nb := 0, 0
+		for j := range desired {
+			if same(&desired[j], &desired[k]) {
+				na++
+			}
+		}
+		for j := range cur {
+			if same(&cur[j], &desired[k]) {
+				nb++
+			}
+		}
+		if na != nb {
+			return false
+		}
+	}
+	return true
+}
+
 func jsonEqual(a, b any) bool {
 	ja, err1 := json.Marshal(a)
 	jb, err2 := json.Marshal(b)
@@ -240,16 +356,24 @@ func jsonEqual(a, b any) bool {
 }
 
 // Patch builds the merge patch of status.observedGeneration,
-// status.conditions (LastTransitionTime kept from the current condition of
-// the same Type and Status, else now) and the Fields, with the object's
-// resourceVersion as precondition. It fails, sending nothing, when a
-// condition is one the API server would reject (metav1.Condition's
-// validation: type, status True/False/Unknown, reason, message length,
-// unique types).
+// status.conditions and the Fields, with the object's resourceVersion as
+// precondition. The conditions are those of obj as it is now: the foreign
+// ones exactly as read and in their order, the owned ones replaced in
+// place by desired's (LastTransitionTime kept from the current condition of
+// the same Type and Status, else now), the owned ones desired lacks removed
+// (duplicates of an owned type too), desired's new ones appended. It fails,
+// sending nothing, when a desired condition is one the API server would
+// reject (metav1.Condition's validation: type, status True/False/Unknown,
+// reason, message length, unique types) or, with Config.OwnedTypes, is not
+// of an owned type. Foreign conditions are not validated: they are the
+// other writers' and already on the server.
 func (c *Computer[O]) Patch(obj O, desired Status) (statuspatch.MergePatch, error) {
+	if err := c.checkOwned(desired.Conditions); err != nil {
+		return statuspatch.MergePatch{}, err
+	}
 	current := c.Current(obj)
 	now := metav1.NewTime(c.clk.Now().Truncate(time.Second))
-	conds := make([]metav1.Condition, len(desired.Conditions))
+	owned := make([]metav1.Condition, len(desired.Conditions))
 	for i, d := range desired.Conditions {
 		d.LastTransitionTime = now
 		for _, cur := range current.Conditions {
@@ -258,9 +382,9 @@ func (c *Computer[O]) Patch(obj O, desired Status) (statuspatch.MergePatch, erro
 				break
 			}
 		}
-		conds[i] = d
+		owned[i] = d
 	}
-	if errs := metav1validation.ValidateConditions(conds, field.NewPath("status", "conditions")); len(errs) > 0 {
+	if errs := metav1validation.ValidateConditions(owned, field.NewPath("status", "conditions")); len(errs) > 0 {
 		return statuspatch.MergePatch{}, fmt.Errorf("conditions: the API server would reject these conditions: %w", errs.ToAggregate())
 	}
 	status := make(map[string]any, 2+len(desired.Fields))
@@ -268,13 +392,64 @@ func (c *Computer[O]) Patch(obj O, desired Status) (statuspatch.MergePatch, erro
 		status[k] = v
 	}
 	status["observedGeneration"] = desired.ObservedGeneration
-	status["conditions"] = conds
+	status["conditions"] = c.merge(obj, current, owned)
 	return statuspatch.NewMergePatch(obj, status)
 }
 
+// merge returns the list of conditions to write: the entries of obj's
+// status.conditions (for unstructured objects, the raw entries of its map,
+// malformed ones included) with each owned one replaced by the one of owned
+// with its Type, at the first entry of that Type, and dropped otherwise;
+// then the owned conditions not placed yet.
+func (c *Computer[O]) merge(obj O, current Status, owned []metav1.Condition) []any {
+	var raw []any
+	n := len(current.Conditions)
+	if c.unstruct {
+		if u := any(obj).(*unstructured.Unstructured); u != nil {
+			st, _ := u.Object["status"].(map[string]any)
+			raw, _ = st["conditions"].([]any)
+		}
+		n = len(raw)
+	}
+	out := make([]any, 0, n+len(owned))
+	placed := make([]bool, len(owned))
+	for i := range n {
+		var (
+			t     string
+			entry any
+		)
+		if c.unstruct {
+			entry = raw[i]
+			m, _ := entry.(map[string]any)
+			t, _ = m["type"].(string)
+		} else {
+			entry = current.Conditions[i]
+			t = current.Conditions[i].Type
+		}
+		if !c.owns(t, owned) {
+			out = append(out, entry)
+			continue
+		}
+		for k := range owned {
+			if owned[k].Type == t && !placed[k] {
+				out, placed[k] = append(out, owned[k]), true
+				break
+			}
+		}
+	}
+	for k := range owned {
+		if !placed[k] {
+			out = append(out, owned[k])
+		}
+	}
+	return out
+}
+
 // currentUnstructured reads status.observedGeneration and status.conditions
-// from u's map. Malformed entries are skipped: they differ from any desired
-// condition, so the object gets patched.
+// from u's map. Entries that are not objects are skipped: they have no
+// owned Type, and Patch carries them back as read. An entry of an owned
+// Type with fields of the wrong kind reads as a condition that differs from
+// any desired one, so the object gets patched.
 func currentUnstructured(u *unstructured.Unstructured) Status {
 	s := Status{obj: u}
 	if u == nil {

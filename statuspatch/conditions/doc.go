@@ -12,6 +12,23 @@
 //     to its conditions. It works for typed objects (kubebuilder's shape)
 //     and for *unstructured.Unstructured.
 //
+// Which conditions a Computer writes: the types it owns, and no others. It
+// owns the types listed in Config.OwnedTypes, or, without that list, the
+// types Config.Conditions returns for the object on that call. A condition
+// of any other type (another controller's, or one the user's own reconciler
+// sets) is foreign: it never makes the object differ, so a foreign writer
+// changing its condition causes no patch; and a patch carries it exactly as
+// read from the object the patch is built from, in its place, with its own
+// lastTransitionTime and observedGeneration. With OwnedTypes, the function
+// must return types within the list (another type is an error for that
+// object, never a patch) and an owned type it does not return is removed.
+// Without OwnedTypes, a type the function stops returning can no longer be
+// told from a foreign one, and is kept: declare OwnedTypes for conditions
+// that come and go. A JSON merge patch replaces status.conditions whole;
+// the resourceVersion precondition is what keeps a foreign condition
+// written after our read: our patch then fails with 409 Conflict, and the
+// next reconcile recomputes from the fresh object.
+//
 // What Equal compares: Type, Status, ObservedGeneration, Reason and Message
 // of every condition, as a multiset — each distinct condition must occur as
 // often in one list as in the other. LastTransitionTime and the order of

@@ -74,3 +74,51 @@ func ExampleNew() {
 	// changed: true
 	// {"metadata":{"resourceVersion":"7"},"status":{"conditions":[{"type":"Ready","status":"True","observedGeneration":2,"lastTransitionTime":"2026-01-01T00:00:00Z","reason":"Sized","message":""}],"observedGeneration":2}}
 }
+
+// With OwnedTypes, a condition type that comes and goes (Degraded) is
+// removed when the function stops returning it. A condition another writer
+// set (Audited) is not the Computer's: it goes back as read, in its place,
+// with its own transition time and generation.
+func ExampleConfig_ownedTypes() {
+	type status struct {
+		ObservedGeneration int64              `json:"observedGeneration,omitempty"`
+		Conditions         []metav1.Condition `json:"conditions,omitempty"`
+	}
+	type widget struct {
+		metav1.ObjectMeta `json:"metadata"`
+		Status            status `json:"status"`
+	}
+	c, err := conditions.New(conditions.Config[*widget]{
+		OwnedTypes: []string{"Ready", "Degraded"},
+		Conditions: func(w *widget) ([]metav1.Condition, error) {
+			return []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Recovered"}}, nil
+		},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	t0 := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	w := &widget{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "w", Generation: 2, ResourceVersion: "7"}}
+	w.Status.ObservedGeneration = 2
+	w.Status.Conditions = []metav1.Condition{
+		{Type: "Audited", Status: metav1.ConditionTrue, Reason: "Passed", ObservedGeneration: 1, LastTransitionTime: t0},
+		{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Recovered", ObservedGeneration: 2, LastTransitionTime: t0},
+		{Type: "Degraded", Status: metav1.ConditionTrue, Reason: "Slow", ObservedGeneration: 2, LastTransitionTime: t0},
+	}
+
+	desired, _ := c.Desired(w)
+	fmt.Println("changed:", !c.Equal(c.Current(w), desired))
+	p, _ := c.Patch(w, desired)
+	body, _ := p.Body()
+	fmt.Println(string(body))
+
+	// Another writer flipping its own condition changes nothing of ours.
+	w.Status.Conditions = w.Status.Conditions[:2]
+	w.Status.Conditions[0].Status, w.Status.Conditions[0].Reason = metav1.ConditionFalse, "Failed"
+	fmt.Println("changed:", !c.Equal(c.Current(w), desired))
+	// Output:
+	// changed: true
+	// {"metadata":{"resourceVersion":"7"},"status":{"conditions":[{"type":"Audited","status":"True","observedGeneration":1,"lastTransitionTime":"2026-01-01T00:00:00Z","reason":"Passed","message":""},{"type":"Ready","status":"True","observedGeneration":2,"lastTransitionTime":"2026-01-01T00:00:00Z","reason":"Recovered","message":""}],"observedGeneration":2}}
+	// changed: false
+}

@@ -56,6 +56,7 @@ var ratios = []ratio{
 	{"storm: quietpatch.New (adaptive) / plain client at its best concurrency", "BenchmarkStorm/adaptive", "BenchmarkStorm/plain-*", "routes/s", "≥ 0.9"},
 	{"storm: patch calls beyond one per route / N", "BenchmarkStorm/adaptive", "", "extra/N", ""},
 	{"storm: keys served with nothing to send (unchanged) / N", "BenchmarkStorm/adaptive", "", "unchanged/N", ""},
+	{"fresh change during a storm: p95, edit to correct status", "BenchmarkFreshChange", "", "fresh-p95-s", "≤ 1"},
 	{"politeness: competitor's p99 during an adaptive storm / alone", "BenchmarkPoliteness/adaptive", "BenchmarkPoliteness/alone", "p99-ms", "≤ 2"},
 	{"politeness: competitor's p99 during a fixed-64 storm / alone", "BenchmarkPoliteness/fixed-64", "BenchmarkPoliteness/alone", "p99-ms", ""},
 }

@@ -17,7 +17,6 @@ import (
 	"github.com/quietpatch/quietpatch"
 	"github.com/quietpatch/quietpatch/examples/httproute-status/routestatus"
 	"github.com/quietpatch/quietpatch/leader"
-	"github.com/quietpatch/quietpatch/statuspatch"
 )
 
 // Defaults applied to zero fields of [Options]. The command's flags show the
@@ -30,11 +29,11 @@ const (
 	// DefaultFieldManager is the default Options.FieldManager.
 	DefaultFieldManager = "quietpatch-httproute-status"
 	// DefaultReconcileInterval is the default Options.ReconcileInterval.
-	DefaultReconcileInterval = statuspatch.DefaultInterval
+	DefaultReconcileInterval = 10 * time.Second
 	// DefaultPatchTimeout is the default Options.PatchTimeout.
-	DefaultPatchTimeout = statuspatch.DefaultPatchTimeout
+	DefaultPatchTimeout = 5 * time.Second
 	// DefaultQueueCapacity is what a zero Options.QueueCapacity means.
-	DefaultQueueCapacity = statuspatch.DefaultCapacity
+	DefaultQueueCapacity = 50_000
 	// DefaultKubeQPS is the default Options.KubeQPS: negative, no
 	// client-side rate limit on the status and informer client.
 	DefaultKubeQPS = -1
@@ -159,7 +158,7 @@ type Options struct {
 	// QueueCapacity is the number of route keys each lane of the queue
 	// holds (--queue-capacity): a pass that finds more changed routes
 	// halts and the next resumes where it stopped. Zero:
-	// DefaultQueueCapacity (statuspatch.DefaultCapacity). At most
+	// DefaultQueueCapacity (50,000, statuspatch.Options' default). At most
 	// MaxQueueCapacity.
 	QueueCapacity int
 
