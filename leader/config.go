@@ -102,7 +102,9 @@ type Config struct {
 	Name string
 
 	// Identity is this replica's holder identity, written to
-	// spec.holderIdentity. Required; at most 253 characters. It must be
+	// spec.holderIdentity; at most 253 characters. Required by
+	// NewClaimer; quietpatch.New fills it with [DefaultIdentity] when
+	// empty. It must be
 	// unique among the processes that run at the same time: two live
 	// processes sharing an identity would both believe they hold the
 	// lease. [DefaultIdentity] gives the pod name plus a random suffix
