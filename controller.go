@@ -65,6 +65,10 @@ type Config struct {
 	SyncTimeout time.Duration
 	// Dependencies are the other resources the statuses are computed from.
 	Dependencies []Dependency
+	// Shards is the number K of shards the resource is split into, for
+	// [NewSharded]: 0 or 1 is one shard, the pipeline [New] builds. [New]
+	// rejects K > 1, since each shard needs an informer of its own.
+	Shards int
 }
 
 // Informer is what a [Dependency] needs of a cache: a client-go
@@ -191,13 +195,20 @@ func prefix(path string, err error) error {
 	return err
 }
 
-// dependencyHandler enqueues the keys an event of a dependency affects.
+// dependencyHandler enqueues the keys an event of a dependency affects;
+// with keys nil, it calls resync.
 func (c *Controller[O, S, P]) dependencyHandler(keys func(any) []types.NamespacedName) cache.ResourceEventHandler {
+	return dependencyHandler(keys, c.Enqueue, func() {
+		if c.Stats().Leading {
+			c.reconciler.Resync()
+		}
+	})
+}
+
+func dependencyHandler(keys func(any) []types.NamespacedName, enqueue func(...types.NamespacedName), resync func()) cache.ResourceEventHandler {
 	on := func(objs ...any) {
 		if keys == nil {
-			if c.Stats().Leading {
-				c.reconciler.Resync()
-			}
+			resync()
 			return
 		}
 		var ks []types.NamespacedName
@@ -210,7 +221,7 @@ func (c *Controller[O, S, P]) dependencyHandler(keys func(any) []types.Namespace
 			}
 		}
 		slices.SortFunc(ks, func(a, b types.NamespacedName) int { return strings.Compare(a.String(), b.String()) })
-		c.Enqueue(slices.Compact(ks)...)
+		enqueue(slices.Compact(ks)...)
 	}
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { on(o) },
@@ -227,6 +238,10 @@ func (cfg Config) complete() (Config, error) {
 		return bad("Observer", "is set together with Leases or Lease: give one or the other")
 	case cfg.Observer == nil && cfg.Leases == nil:
 		return bad("Leases", "must be set (clientset.CoordinationV1()), unless Observer is")
+	case cfg.Shards > 1:
+		return bad("Shards", fmt.Sprintf("is %d: a sharded pipeline needs an informer per shard, build it with NewSharded", cfg.Shards))
+	case cfg.Shards < 0:
+		return bad("Shards", fmt.Sprintf("must be >= 0, got %d", cfg.Shards))
 	case cfg.SyncTimeout < 0:
 		return bad("SyncTimeout", fmt.Sprintf("must be >= 0 (0 means %s), got %s", DefaultSyncTimeout, cfg.SyncTimeout))
 	}

@@ -1,0 +1,113 @@
+package shard
+
+import (
+	"context"
+	"sync/atomic"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+)
+
+// ListWatch returns a ListerWatcher for the objects of r: every list and
+// watch it makes carries r's selector in ListOptions.ShardSelector, and
+// whatever comes back outside r — the server did not honour the selector —
+// is dropped, so an informer on it holds exactly r's objects either way.
+// Bookmarks and errors pass through.
+//
+// unfiltered, if not nil, is called once, the first time an object outside
+// r comes back: the server filtered nothing, and the shard's cache costs a
+// full list and watch of the resource (transfer and decoding, not memory).
+// Whether the server filters is told from what it returns, not from the
+// list's shardInfo, which not every resource's list carries.
+func ListWatch(lw cache.ListerWatcher, r Range, unfiltered func()) cache.ListerWatcher {
+	f := &filtered{lw: cache.ToListerWatcherWithContext(lw), r: r, unfiltered: unfiltered}
+	if wl, ok := lw.(interface{ IsWatchListSemanticsUnSupported() bool }); ok {
+		f.noWatchList = wl.IsWatchListSemanticsUnSupported()
+	}
+	return f
+}
+
+type filtered struct {
+	lw          cache.ListerWatcherWithContext
+	r           Range
+	unfiltered  func()
+	noWatchList bool
+	told        atomic.Bool
+}
+
+// IsWatchListSemanticsUnSupported passes on the wrapped ListerWatcher's
+// answer, so the reflector streams the initial list when it can.
+func (f *filtered) IsWatchListSemanticsUnSupported() bool { return f.noWatchList }
+
+func (f *filtered) options(o metav1.ListOptions) metav1.ListOptions {
+	o.ShardSelector = f.r.Selector()
+	return o
+}
+
+// keep reports whether obj belongs to the range, and tells once when not.
+func (f *filtered) keep(obj runtime.Object) bool {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return true // not an object of the resource: let the reflector judge
+	}
+	if f.r.Contains(m.GetUID()) {
+		return true
+	}
+	if f.told.CompareAndSwap(false, true) && f.unfiltered != nil {
+		f.unfiltered()
+	}
+	return false
+}
+
+// ListWithContext lists r and drops the objects outside it.
+func (f *filtered) ListWithContext(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+	list, err := f.lw.ListWithContext(ctx, f.options(o))
+	if err != nil {
+		return list, err
+	}
+	items, err := meta.ExtractListWithAlloc(list)
+	if err != nil {
+		return nil, err
+	}
+	kept := items[:0]
+	for _, it := range items {
+		if f.keep(it) {
+			kept = append(kept, it)
+		}
+	}
+	if len(kept) == len(items) {
+		return list, nil
+	}
+	if err := meta.SetList(list, kept); err != nil {
+		return nil, err
+	}
+	return list, nil
+}
+
+// List lists with context.Background(); the reflector uses ListWithContext.
+func (f *filtered) List(o metav1.ListOptions) (runtime.Object, error) {
+	return f.ListWithContext(context.Background(), o)
+}
+
+// Watch watches with context.Background(); the reflector uses WatchWithContext.
+func (f *filtered) Watch(o metav1.ListOptions) (watch.Interface, error) {
+	return f.WatchWithContext(context.Background(), o)
+}
+
+// WatchWithContext watches r and drops the events of objects outside it.
+func (f *filtered) WatchWithContext(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+	w, err := f.lw.WatchWithContext(ctx, f.options(o))
+	if err != nil {
+		return nil, err
+	}
+	return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
+		switch e.Type {
+		case watch.Added, watch.Modified, watch.Deleted:
+			return e, f.keep(e.Object)
+		}
+		return e, true
+	}), nil
+}
