@@ -54,6 +54,7 @@ type Sharded[O, S, P any] struct {
 // slot is one shard this replica runs: its cache and its pipeline.
 type slot[O, S, P any] struct {
 	r      shard.Range
+	inf    cache.SharedIndexInformer
 	ctrl   *Controller[O, S, P]
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -73,6 +74,12 @@ type ShardedStats struct {
 	Held, Running []int
 	// Acquired, GivenUp and Lost count shard moves of this replica.
 	Acquired, GivenUp, Lost int64
+	// Objects is the number of objects in the caches of the shards run.
+	Objects int64
+	// Unfiltered is true once the API server returned an object outside
+	// the range asked for (it does not honour ShardSelector): each shard's
+	// cache is then filtered client-side.
+	Unfiltered bool
 	// PerShard has the Stats of each shard run, by shard index.
 	PerShard map[int]Stats
 }
@@ -330,7 +337,7 @@ func (s *Sharded[O, S, P]) startLocked(ctx context.Context, i int) error {
 		return fmt.Errorf("quietpatch: building %s: %w", r, err)
 	}
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	sl := &slot[O, S, P]{r: r, ctrl: ctrl, cancel: cancel, done: make(chan struct{}), meter: tm, since: s.cfg.Clock.Now()}
+	sl := &slot[O, S, P]{r: r, inf: inf, ctrl: ctrl, cancel: cancel, done: make(chan struct{}), meter: tm, since: s.cfg.Clock.Now()}
 	s.slots[i] = sl
 	s.log.Info("quietpatch: competing for shard", slog.Int("shard", i), slog.String("lease", cfg.Lease.Name), slog.String("selector", r.Selector()))
 	ictx, stopInf := context.WithCancel(context.WithoutCancel(ctx))
@@ -455,11 +462,20 @@ func (s *Sharded[O, S, P]) Identity() string {
 // Stats returns a snapshot: shards held and run, moves, each shard's Stats.
 func (s *Sharded[O, S, P]) Stats() ShardedStats {
 	st := ShardedStats{Shards: len(s.ranges), PerShard: map[int]Stats{},
-		Acquired: s.moves[0].Load(), GivenUp: s.moves[1].Load(), Lost: s.moves[2].Load()}
+		Acquired: s.moves[0].Load(), GivenUp: s.moves[1].Load(), Lost: s.moves[2].Load(), Unfiltered: s.told.Load()}
 	if s.group != nil {
 		st.Members = s.group.View().Members
 	} else {
 		st.Members = []string{s.Identity()}
+	}
+	if s.single != nil {
+		st.Objects = int64(len(s.inf1.GetStore().ListKeys()))
+	} else {
+		s.mu.Lock()
+		for _, sl := range s.slots {
+			st.Objects += int64(len(sl.inf.GetStore().ListKeys()))
+		}
+		s.mu.Unlock()
 	}
 	s.each(func(i int, c *Controller[O, S, P]) {
 		cs := c.Stats()

@@ -13,6 +13,8 @@ const (
 	metricShardsRunning = "quietpatch.shard.running"
 	metricShardMembers  = "quietpatch.shard.members"
 	metricShardMoves    = "quietpatch.shard.moves"
+	metricShardObjects  = "quietpatch.shard.objects"
+	metricUnfiltered    = "quietpatch.shard.unfiltered"
 )
 
 // shardInstruments are observed from Stats at each collection.
@@ -45,6 +47,16 @@ func (shardInstruments) init(m metric.Meter, name, identity string, stats func()
 	if err != nil {
 		return bad(err)
 	}
+	objects, err := m.Int64ObservableGauge(metricShardObjects, metric.WithUnit("{object}"),
+		metric.WithDescription("Objects in the caches of the shards this replica runs."))
+	if err != nil {
+		return bad(err)
+	}
+	unfiltered, err := m.Int64ObservableGauge(metricUnfiltered,
+		metric.WithDescription("1 once the API server returned an object outside the shard range asked for (ShardSelector not honoured: filtered client-side), else 0."))
+	if err != nil {
+		return bad(err)
+	}
 	base := []attribute.KeyValue{attribute.String("pipeline", name), attribute.String("identity", identity)}
 	opt := metric.WithAttributeSet(attribute.NewSet(base...))
 	dir := func(d string) metric.ObserveOption {
@@ -59,8 +71,14 @@ func (shardInstruments) init(m metric.Meter, name, identity string, stats func()
 		o.ObserveInt64(moves, st.Acquired, acq)
 		o.ObserveInt64(moves, st.GivenUp, gave)
 		o.ObserveInt64(moves, st.Lost, lost)
+		o.ObserveInt64(objects, st.Objects, opt)
+		u := int64(0)
+		if st.Unfiltered {
+			u = 1
+		}
+		o.ObserveInt64(unfiltered, u, opt)
 		return nil
-	}, held, running, members, moves)
+	}, held, running, members, moves, objects, unfiltered)
 	if err != nil {
 		return bad(err)
 	}

@@ -31,7 +31,7 @@ type flagValues struct {
 	kubeconfig, controllerName, leaseNamespace, leaseName, identity string
 	leaseDuration, renewGrace, retryPeriod                          time.Duration
 	interval, patchLatency, patchTimeout, cacheSyncTimeout          time.Duration
-	queueCapacity, workers, kubeBurst                               int
+	queueCapacity, workers, kubeBurst, shards                       int
 	kubeQPS                                                         float64
 	metricsAddr, healthAddr, logLevel, logFormat, refGrantVersion   string
 	mesh                                                            bool
@@ -75,6 +75,8 @@ func newFlagSet(getenv env) (*flag.FlagSet, *flagValues) {
 		"deprecated and ignored (see --queue-capacity)")
 	fs.DurationVar(&v.patchTimeout, "patch-timeout", controller.DefaultPatchTimeout,
 		"deadline of each status patch (never later than the end of our claim)")
+	fs.IntVar(&v.shards, "shards", 0,
+		"split the HTTPRoutes into this many shards by UID hash, each with its own Lease and cache, spread over the replicas alive; 0 or 1: one Lease, one cache of every route. Every replica must use the same value")
 	fs.IntVar(&v.workers, "workers", 0,
 		"status patches in flight at most; 0: automatic, the library adapts the limit to the API server's latency (1 to 1024)")
 	fs.Float64Var(&v.kubeQPS, "kube-qps", controller.DefaultKubeQPS,
@@ -107,6 +109,7 @@ var flagOf = map[string]string{
 	"QueueCapacity":         "queue-capacity",
 	"PatchTimeout":          "patch-timeout",
 	"Workers":               "workers",
+	"Shards":                "shards",
 	"KubeQPS":               "kube-qps",
 	"KubeBurst":             "kube-burst",
 	"CacheSyncTimeout":      "cache-sync-timeout",
@@ -195,6 +198,7 @@ func parseFlags(args []string, getenv env) (config, error) {
 		QueueCapacity:         v.queueCapacity,
 		PatchTimeout:          v.patchTimeout,
 		Workers:               v.workers,
+		Shards:                v.shards,
 		KubeQPS:               float32(v.kubeQPS),
 		KubeBurst:             v.kubeBurst,
 		MetricsAddr:           v.metricsAddr,

@@ -14,6 +14,8 @@ import (
 
 	gocmp "github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -52,9 +54,19 @@ type Controller struct {
 	opts          Options
 	kubeInformers informers.SharedInformerFactory
 	gwInformers   gwinformers.SharedInformerFactory
-	pipeline      *quietpatch.Controller[routeObject, routeStatus, routePatch]
+	pipeline      pipeline
+	single        *quietpatch.Controller[routeObject, routeStatus, routePatch] // Options.Shards <= 1
+	sharded       *quietpatch.Sharded[routeObject, routeStatus, routePatch]    // Options.Shards > 1
 	telemetry     *telemetry
 	started       atomic.Bool
+}
+
+// pipeline is what Run and the probes need of either kind of pipeline.
+type pipeline interface {
+	Run(context.Context) error
+	Ready() error
+	Live() error
+	Identity() string
 }
 
 // New validates opts, builds the clients (loading the kubeconfig unless
@@ -88,8 +100,13 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 	services, namespaces := c.kubeInformers.Core().V1().Services(), c.kubeInformers.Core().V1().Namespaces()
 	gwv1 := c.gwInformers.Gateway().V1()
 	routes, gateways, classes := gwv1.HTTPRoutes(), gwv1.Gateways(), gwv1.GatewayClasses()
-	if err := errors.Join(routes.Informer().AddIndexers(routeIndexers()), gateways.Informer().AddIndexers(gatewayIndexers())); err != nil {
+	if err := gateways.Informer().AddIndexers(gatewayIndexers()); err != nil {
 		return nil, fmt.Errorf("controller: adding informer indexes: %w", err)
+	}
+	if opts.Shards <= 1 { // a sharded pipeline builds its own route caches
+		if err := routes.Informer().AddIndexers(routeIndexers()); err != nil {
+			return nil, fmt.Errorf("controller: adding informer indexes: %w", err)
+		}
 	}
 	lookup := routestatus.Listers{Services: services.Lister(), Namespaces: namespaces.Lister(),
 		Gateways: gateways.Lister(), GatewayClasses: classes.Lister()}
@@ -112,38 +129,55 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 	// The pipeline: its Run waits for every informer, then competes for
 	// the lease; it enqueues the routes' own events, and those the events
 	// of their dependencies affect, found through the indexes.
-	on := routesOf{routes: routes.Informer().GetIndexer(), gateways: gateways.Informer().GetIndexer()}
-	c.pipeline, err = quietpatch.New(source.Informer[routeObject](routes.Informer()),
-		routeComputer{computer: computer, lookup: lookup, now: time.Now}, patcher,
-		quietpatch.Config{
-			Options: statuspatch.Options{
-				Name:         Name,
-				Interval:     opts.ReconcileInterval,
-				Capacity:     opts.QueueCapacity,
-				Workers:      opts.Workers,
-				PatchTimeout: opts.PatchTimeout,
-				DiffOptions:  []gocmp.Option{conditions.IgnoreTransitionTime(), conditions.SortByType()},
-				Logger:       opts.Logger,
-				Meter:        c.telemetry.provider.Meter(MeterName),
-			},
-			Leases:      leases,
-			Lease:       opts.leaseConfig(),
-			SyncTimeout: opts.CacheSyncTimeout,
-			Dependencies: []quietpatch.Dependency{
-				{Informer: services.Informer(), Keys: on.by(indexService, objectName)},
-				{Informer: gateways.Informer(), Keys: on.by(indexGateway, objectName)},
-				{Informer: classes.Informer(), Keys: on.gatewayClass},
-				{Informer: grants, Keys: on.by(indexGrantNamespace, metav1.Object.GetNamespace)},
-				{Informer: namespaces.Informer(), Keys: on.by(cache.NamespaceIndex, metav1.Object.GetName)},
-			},
-		})
-	if err != nil {
-		return nil, fmt.Errorf("controller: %w", err)
+	cfg := quietpatch.Config{
+		Options: statuspatch.Options{
+			Name:         Name,
+			Interval:     opts.ReconcileInterval,
+			Capacity:     opts.QueueCapacity,
+			Workers:      opts.Workers,
+			PatchTimeout: opts.PatchTimeout,
+			DiffOptions:  []gocmp.Option{conditions.IgnoreTransitionTime(), conditions.SortByType()},
+			Logger:       opts.Logger,
+			Meter:        c.telemetry.provider.Meter(MeterName),
+		},
+		Leases:      leases,
+		Lease:       opts.leaseConfig(),
+		SyncTimeout: opts.CacheSyncTimeout,
+	}
+	comp := routeComputer{computer: computer, lookup: lookup, now: time.Now}
+	deps := []quietpatch.Dependency{
+		{Informer: services.Informer()}, {Informer: gateways.Informer()}, {Informer: classes.Informer()},
+		{Informer: grants}, {Informer: namespaces.Informer()},
+	}
+	if opts.Shards > 1 {
+		// A cache per shard held, built by the library on this
+		// ListerWatcher; no cache of every route, so no route index: a
+		// dependency's event makes a pass over the shards held, which
+		// queues only the routes whose status changed.
+		cfg.Shards, cfg.Dependencies = opts.Shards, deps
+		httproutes := gw.GatewayV1().HTTPRoutes(metav1.NamespaceAll)
+		lw := &cache.ListWatch{
+			ListWithContextFunc:  func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return httproutes.List(ctx, o) },
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return httproutes.Watch(ctx, o) },
+		}
+		if c.sharded, err = quietpatch.NewSharded(lw, comp, patcher, cfg); err != nil {
+			return nil, fmt.Errorf("controller: %w", err)
+		}
+		c.pipeline = c.sharded
+	} else {
+		on := routesOf{routes: routes.Informer().GetIndexer(), gateways: gateways.Informer().GetIndexer()}
+		deps[0].Keys, deps[1].Keys, deps[2].Keys = on.by(indexService, objectName), on.by(indexGateway, objectName), on.gatewayClass
+		deps[3].Keys, deps[4].Keys = on.by(indexGrantNamespace, metav1.Object.GetNamespace), on.by(cache.NamespaceIndex, metav1.Object.GetName)
+		cfg.Dependencies = deps
+		if c.single, err = quietpatch.New(source.Informer[routeObject](routes.Informer()), comp, patcher, cfg); err != nil {
+			return nil, fmt.Errorf("controller: %w", err)
+		}
+		c.pipeline = c.single
 	}
 
 	// The pipeline logs the rest (interval, capacity, workers) once synced.
 	c.opts.Logger.Info("controller configured", slog.String("controllerName", opts.ControllerName), slog.Bool("mesh", opts.Mesh),
-		slog.String("lease", opts.LeaseNamespace+"/"+opts.LeaseName), slog.String("identity", c.pipeline.Identity()),
+		slog.String("lease", opts.LeaseNamespace+"/"+opts.LeaseName), slog.String("identity", c.pipeline.Identity()), slog.Int("shards", max(opts.Shards, 1)),
 		slog.Float64("kubeQPS", float64(opts.KubeQPS)), slog.Duration("patchTimeout", opts.PatchTimeout),
 		slog.String("referenceGrantVersion", map[bool]string{true: "v1", false: "v1beta1"}[refGrantsV1]))
 	return c, nil
@@ -246,8 +280,28 @@ func (c *Controller) Ready() error { return c.pipeline.Ready() }
 func (c *Controller) Live() error { return c.pipeline.Live() }
 
 // Stats returns a snapshot of the pipeline's counters, its queue's
-// capacity and the latest lease claim observed.
-func (c *Controller) Stats() quietpatch.Stats { return c.pipeline.Stats() }
+// capacity and the latest lease claim observed; zero with Options.Shards >
+// 1 (see ShardStats).
+func (c *Controller) Stats() quietpatch.Stats {
+	if c.single == nil {
+		return quietpatch.Stats{}
+	}
+	return c.single.Stats()
+}
+
+// ShardStats returns the shards' snapshot with Options.Shards > 1, else
+// one shard: the pipeline's.
+func (c *Controller) ShardStats() quietpatch.ShardedStats {
+	if c.sharded == nil {
+		st := c.single.Stats()
+		s := quietpatch.ShardedStats{Shards: 1, Members: []string{c.single.Identity()}, Running: []int{0}, PerShard: map[int]quietpatch.Stats{0: st}}
+		if st.Leading {
+			s.Held = []int{0}
+		}
+		return s
+	}
+	return c.sharded.Stats()
+}
 
 // serve serves h on l, or on a new listener on addr when l is nil, until
 // stop is called. A Serve that ends otherwise reports through fail.

@@ -44,6 +44,8 @@ const (
 	DefaultLeaseDuration = leader.DefaultLeaseDuration
 	// DefaultCacheSyncTimeout is the default Options.CacheSyncTimeout.
 	DefaultCacheSyncTimeout = quietpatch.DefaultSyncTimeout
+	// MaxShards bounds Options.Shards.
+	MaxShards = 256
 	// MaxWorkers bounds Options.Workers (the dispatcher's own limit).
 	MaxWorkers = 1024
 	// MaxQueueCapacity bounds Options.QueueCapacity: far above the routes
@@ -167,6 +169,13 @@ type Options struct {
 	// must not be negative.
 	PatchTimeout time.Duration
 
+	// Shards is the number K of shards the HTTPRoutes are split into
+	// (--shards): 0 or 1 runs one pipeline (one Lease, one cache of every
+	// route); K > 1 runs, in each replica, a cache and a pipeline per shard
+	// it holds (quietpatch.NewSharded), with Leases
+	// <LeaseName>-shard-<i>-of-<K> and a membership Lease per replica. At
+	// most MaxShards. Every replica of a deployment must use the same K.
+	Shards int
 	// Workers is the number of status patches in flight at most
 	// (--workers). Zero: automatic, the library adapts the limit to the
 	// API server's latency (statuspatch.Options.Workers). At most
@@ -259,6 +268,8 @@ func (o Options) Complete() (Options, error) {
 	o.FieldManager = cmp.Or(o.FieldManager, DefaultFieldManager)
 	o.ReferenceGrantVersion = cmp.Or(o.ReferenceGrantVersion, ReferenceGrantAuto)
 	switch {
+	case o.Shards < 0 || o.Shards > MaxShards:
+		return o, optErr("Shards", o.Shards, "must be between 0 (one shard) and %d", MaxShards)
 	case o.Workers < 0 || o.Workers > MaxWorkers:
 		return o, optErr("Workers", o.Workers, "must be between 0 (automatic) and %d", MaxWorkers)
 	case o.QueueCapacity < 0 || o.QueueCapacity > MaxQueueCapacity:
