@@ -157,8 +157,12 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 		cfg.Shards, cfg.Dependencies = opts.Shards, deps
 		httproutes := gw.GatewayV1().HTTPRoutes(metav1.NamespaceAll)
 		lw := &cache.ListWatch{
-			ListWithContextFunc:  func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return httproutes.List(ctx, o) },
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return httproutes.Watch(ctx, o) },
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return httproutes.List(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return httproutes.Watch(ctx, o)
+			},
 		}
 		if c.sharded, err = quietpatch.NewSharded(lw, comp, patcher, cfg); err != nil {
 			return nil, fmt.Errorf("controller: %w", err)
