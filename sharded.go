@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -43,8 +44,10 @@ type Sharded[O, S, P any] struct {
 	single *Controller[O, S, P] // Shards == 1
 	inf1   cache.SharedIndexInformer
 
-	mu      sync.Mutex
-	slots   map[int]*slot[O, S, P]
+	mu       sync.Mutex
+	slots    map[int]*slot[O, S, P]
+	stopping map[int]*slot[O, S, P] // given up, not yet stopped
+	wg       sync.WaitGroup         // the goroutines finishing those
 	started atomic.Bool
 	running atomic.Bool
 	moves   [3]atomic.Int64 // acquired, given up, lost
@@ -108,7 +111,7 @@ func NewSharded[O, S, P any](lw cache.ListerWatcher, comp statuspatch.StatusComp
 		return nil, &ConfigError{Field: "O", Reason: fmt.Sprintf("must be the runtime.Object pointer type of the resource, got %T", zero)}
 	}
 	k := max(cfg.Shards, 1)
-	s := &Sharded[O, S, P]{lw: lw, comp: comp, patcher: patcher, slots: map[int]*slot[O, S, P]{}}
+	s := &Sharded[O, S, P]{lw: lw, comp: comp, patcher: patcher, slots: map[int]*slot[O, S, P]{}, stopping: map[int]*slot[O, S, P]{}}
 	if k == 1 {
 		cfg.Shards = 0
 		s.inf1 = s.informer(lw)
@@ -206,7 +209,7 @@ func (s *Sharded[O, S, P]) Run(ctx context.Context) error {
 	s.running.Store(false)
 	s.log.Info("quietpatch: stopping every shard")
 	s.mu.Lock()
-	all := make([]*slot[O, S, P], 0, len(s.slots))
+	all := make([]*slot[O, S, P], 0, len(s.slots)+len(s.stopping))
 	for _, sl := range s.slots {
 		all = append(all, sl)
 	}
@@ -218,6 +221,7 @@ func (s *Sharded[O, S, P]) Run(ctx context.Context) error {
 		<-sl.done
 		s.remove(sl, "stopping")
 	}
+	s.wg.Wait() // the shards given up before
 	stopGroup()
 	if gerr := <-groupDone; err == nil && gerr != nil && ctx.Err() == nil {
 		err = gerr
@@ -302,9 +306,19 @@ func (s *Sharded[O, S, P]) step(ctx context.Context) error {
 		}
 		sl.cancel()
 		delete(s.slots, i)
-		go func() { <-sl.done; s.remove(sl, reason) }()
+		s.stopping[i] = sl
+		s.wg.Go(func() {
+			<-sl.done
+			s.remove(sl, reason)
+			s.mu.Lock()
+			delete(s.stopping, i)
+			s.mu.Unlock()
+		})
 	}
 	for _, i := range take {
+		if s.stopping[i] != nil {
+			continue // still vacating: next round
+		}
 		if err := s.startLocked(ctx, i); err != nil {
 			return err
 		}
@@ -323,13 +337,12 @@ func (s *Sharded[O, S, P]) startLocked(ctx context.Context, i int) error {
 	}))
 	cfg := s.cfg
 	cfg.Shards, cfg.Dependencies = 0, nil
-	cfg.Name = fmt.Sprintf("%s-shard-%d", s.cfg.Name, i)
 	cfg.Lease.Name = s.group.ShardLease(i)
 	cfg.Lease.Logger = s.cfg.Logger.With(slog.Int("shard", i))
 	cfg.Logger = cfg.Lease.Logger
 	var tm *trackedMeter
 	if s.cfg.Meter != nil {
-		tm = &trackedMeter{Meter: s.cfg.Meter}
+		tm = newTrackedMeter(s.cfg.Meter, i)
 		cfg.Meter, cfg.Lease.Meter = tm, tm
 	}
 	ctrl, err := New(source.Informer[O](inf), s.comp, s.patcher, cfg)
@@ -490,22 +503,39 @@ func (s *Sharded[O, S, P]) Stats() ShardedStats {
 	return st
 }
 
-// trackedMeter is a shard's Meter: the callbacks its parts register are
-// unregistered when the shard stops, so a shard run again reports once.
+// trackedMeter is a shard's Meter: every measurement of the shard's parts
+// carries the shard attribute (the pipeline attribute stays Config.Name),
+// and the callbacks they register are unregistered when the shard stops,
+// so a shard run again reports once.
 type trackedMeter struct {
 	metric.Meter
-	mu   sync.Mutex
-	regs []metric.Registration
+	shard metric.MeasurementOption
+	mu    sync.Mutex
+	regs  []metric.Registration
+}
+
+func newTrackedMeter(m metric.Meter, i int) *trackedMeter {
+	return &trackedMeter{Meter: m, shard: metric.WithAttributes(attribute.Int("shard", i))}
 }
 
 func (m *trackedMeter) RegisterCallback(f metric.Callback, insts ...metric.Observable) (metric.Registration, error) {
-	r, err := m.Meter.RegisterCallback(f, insts...)
+	r, err := m.Meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		return f(ctx, shardObserver{Observer: o, shard: m.shard})
+	}, insts...)
 	if err == nil {
 		m.mu.Lock()
 		m.regs = append(m.regs, r)
 		m.mu.Unlock()
 	}
 	return r, err
+}
+
+func (m *trackedMeter) Float64Histogram(name string, opts ...metric.Float64HistogramOption) (metric.Float64Histogram, error) {
+	h, err := m.Meter.Float64Histogram(name, opts...)
+	if err != nil {
+		return h, err
+	}
+	return shardHistogram{Float64Histogram: h, shard: m.shard}, nil
 }
 
 func (m *trackedMeter) unregister() {
@@ -515,4 +545,28 @@ func (m *trackedMeter) unregister() {
 		_ = r.Unregister()
 	}
 	m.regs = nil
+}
+
+// shardObserver adds the shard attribute to every observation.
+type shardObserver struct {
+	metric.Observer
+	shard metric.MeasurementOption
+}
+
+func (o shardObserver) ObserveFloat64(obs metric.Float64Observable, v float64, opts ...metric.ObserveOption) {
+	o.Observer.ObserveFloat64(obs, v, append(opts[:len(opts):len(opts)], o.shard)...)
+}
+
+func (o shardObserver) ObserveInt64(obs metric.Int64Observable, v int64, opts ...metric.ObserveOption) {
+	o.Observer.ObserveInt64(obs, v, append(opts[:len(opts):len(opts)], o.shard)...)
+}
+
+// shardHistogram adds the shard attribute to every recording.
+type shardHistogram struct {
+	metric.Float64Histogram
+	shard metric.MeasurementOption
+}
+
+func (h shardHistogram) Record(ctx context.Context, v float64, opts ...metric.RecordOption) {
+	h.Float64Histogram.Record(ctx, v, append(opts[:len(opts):len(opts)], h.shard)...)
 }
