@@ -155,6 +155,28 @@
 // another holder's claim, publishes it with a zero Expiry (never current
 // for us), and never vacates it.
 //
+// # Shards: groups and the plan
+//
+// A sharded pipeline (quietpatch.NewSharded) has one Lease per shard, each
+// with its own [Claimer] — so every guarantee above holds per shard — and
+// one [Group] per replica: a membership Lease of its own,
+// <Name>-member-<hash>, renewed like a claim and deleted when the replica
+// stops, and a list of the namespace's Leases every RetryPeriod, from which
+// it tells, on its own clock, which replicas are alive and who holds each
+// shard. [Plan] turns that [View] into the shards to compete for and those
+// to give up: each replica holds at most ⌈K/R⌉; when a replica holds fewer
+// than ⌊K/R⌋ (it just joined, or its shards ran out), the replica holding
+// the most gives one up on purpose, one shard a round, and only the
+// starved replicas take free shards, so the spread converges in a few
+// rounds and no shard bounces. A replica that is killed stops renewing its
+// membership and its shard Leases: both run out after LeaseDuration, and
+// the survivors take its shards. Plan only chooses what to compete for;
+// the shard Leases decide every race.
+//
+// Permissions, for a Group: leases list in Config.Namespace, and create,
+// get, update and delete on the membership Lease (its name derives from
+// the identity, so RBAC cannot name it in advance).
+//
 // # Observability
 //
 // Logging goes to Config.Logger (nil discards): an info record when this
