@@ -48,10 +48,10 @@ type Sharded[O, S, P any] struct {
 	slots    map[int]*slot[O, S, P]
 	stopping map[int]*slot[O, S, P] // given up, not yet stopped
 	wg       sync.WaitGroup         // the goroutines finishing those
-	started atomic.Bool
-	running atomic.Bool
-	moves   [3]atomic.Int64 // acquired, given up, lost
-	told    atomic.Bool     // logged that the server does not filter
+	started  atomic.Bool
+	running  atomic.Bool
+	moves    [3]atomic.Int64 // acquired, given up, lost
+	told     atomic.Bool     // logged that the server does not filter
 }
 
 // slot is one shard this replica runs: its cache and its pipeline.
@@ -183,8 +183,10 @@ func (s *Sharded[O, S, P]) Run(ctx context.Context) error {
 	}
 	if s.single != nil {
 		ictx, stop := context.WithCancel(context.WithoutCancel(ctx))
-		defer stop()
-		go s.inf1.RunWithContext(ictx)
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		defer stop() // after the pipeline that reads it
+		wg.Go(func() { s.inf1.RunWithContext(ictx) })
 		return s.single.Run(ctx)
 	}
 	if len(s.synced) > 0 {
@@ -354,10 +356,11 @@ func (s *Sharded[O, S, P]) startLocked(ctx context.Context, i int) error {
 	s.slots[i] = sl
 	s.log.Info("quietpatch: competing for shard", slog.Int("shard", i), slog.String("lease", cfg.Lease.Name), slog.String("selector", r.Selector()))
 	ictx, stopInf := context.WithCancel(context.WithoutCancel(ctx))
-	go inf.RunWithContext(ictx)
+	infDone := make(chan struct{})
+	go func() { defer close(infDone); inf.RunWithContext(ictx) }()
 	go func() {
 		defer close(sl.done)
-		defer stopInf() // after the pipeline that reads it
+		defer func() { stopInf(); <-infDone }() // after the pipeline that reads it
 		sl.err = ctrl.Run(sctx)
 		if sctx.Err() != nil {
 			sl.err = nil
