@@ -121,12 +121,112 @@
 // it before it vacates. Stop the informers only after Run returned: the
 // dispatcher reads the cache until then.
 //
+// # Shards
+//
+// One replica holds every object of the resource in its cache and makes
+// every write. When that is the limit — memory, or writes a single
+// replica's connection carries —, [NewSharded] spreads the resource over
+// the replicas: Config.Shards = K splits the UIDs' 64-bit FNV-1a hash
+// space into K ranges (package statuspatch/shard), and each replica runs,
+// for each shard it holds, an informer on that range and the pipeline
+// [New] builds, under the shard's own Lease. With R replicas alive, a
+// replica's cache holds about N/R objects, the writes spread over the
+// replicas, and a failover re-lists one shard, not the resource. K <= 1 is
+// the unsharded pipeline (NewSharded then builds exactly New's, on one
+// informer).
+//
+//	func runSharded(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, statusCfg *rest.Config, widgetConditions func(*unstructured.Unstructured) ([]metav1.Condition, error)) error {
+//		gvr := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
+//		widgets := dyn.Resource(gvr)
+//		lw := &cache.ListWatch{ // NewSharded adds each shard's selector to opts
+//			ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+//				return widgets.List(ctx, opts)
+//			},
+//			WatchFuncWithContext: widgets.Watch,
+//		}
+//		computer, err := conditions.New(conditions.Config[*unstructured.Unstructured]{Conditions: widgetConditions})
+//		if err != nil {
+//			return err
+//		}
+//		statusCfg.QPS = -1
+//		patcher, err := statuspatch.NewStatusPatcherForConfig(statusCfg, gvr, "example.com/widget-status")
+//		if err != nil {
+//			return err
+//		}
+//		sharded, err := quietpatch.NewSharded(lw, computer, patcher, quietpatch.Config{
+//			Leases: kube.CoordinationV1(),
+//			Lease:  leader.Config{Namespace: "widgets-system", Name: "widget-status"},
+//			Shards: 8, // fixed for the deployment: the Lease names contain it
+//		})
+//		if err != nil {
+//			return err
+//		}
+//		return sharded.Run(ctx) // joins the group, runs the shards it holds, stops each in the safe order
+//	}
+//
+// What holds. Every guarantee above holds per shard Lease,
+// <Lease.Name>-shard-<i>-of-<K>: patches fenced by its epoch, calls
+// quiesced before it is vacated, no claim inherited by a restarted
+// process, an identity per process. Nothing orders writes across shards:
+// two shards' objects may be written by different replicas, in any order,
+// under unrelated epochs. [Sharded.Enqueue] of a key reaches only the
+// shard held here whose cache has the object, and is ignored otherwise —
+// that shard's holder hears the same events. Dependencies stay full
+// caches, one per replica, shared by its shards.
+//
+// How R is known. Each replica keeps a membership Lease,
+// <Lease.Name>-member-<8 hex digits of the FNV-1a of its identity>,
+// renewed like a claim and deleted when Run returns, and lists the
+// namespace's Leases every RetryPeriod. A replica is alive, and a shard
+// held, while its Lease changed less than its leaseDurationSeconds ago on
+// this replica's clock (observed time, as for claims: clock skew between
+// replicas does not matter). A replica runs at most ⌈K/R⌉ shards; when a
+// replica joins, the one holding the most gives up one shard at a time
+// (leader.Plan), and the shard Leases decide every race.
+//
+// What a move costs. The giver stops the shard's pipeline as Run does when
+// its context ends (SIGTERM): no new key, the calls in flight answered,
+// then the Lease vacated (or, after a call without an answer, left to run
+// out). The taker starts an informer on the shard's range, lists and
+// watches it, competes for the Lease once that cache synced, acquires,
+// and makes a full pass over the shard. A replica killed with -9 vacates
+// nothing: its shards are free after one lease duration, then each costs
+// the same list, sync, acquisition and pass.
+//
+// The server's sharded list and watch. The informers set
+// metav1.ListOptions.ShardSelector (KEP-5866; the API server's feature
+// gate ShardedListAndWatch, alpha in Kubernetes 1.36, off by default).
+// A server without it ignores the selector: NewSharded tells so from the
+// objects returned (one outside the shard's range), logs a warning once,
+// and filters each shard client-side. Each shard's cache then still holds
+// only its range, but transfers and decodes the whole resource at every
+// list and watch event.
+//
+// RBAC, in Lease.Namespace: leases list and watch (the group's list, each
+// claim's watch), create, get, update and delete. The member Leases' names
+// derive from each process's identity, so no resourceNames can name them;
+// give the Leases a namespace of their own.
+//
+// K is fixed per deployment: the shard Leases' names contain it. A
+// deployment with another K competes for other Leases — the two sets are
+// independent, and while replicas of both run, both may write the same
+// object (the resourceVersion precondition fails one of two writes made
+// from the same read, nothing more). To change K, scale the old deployment
+// to 0 replicas first, then roll out the new K; a rolling update that keeps
+// K needs nothing.
+//
 // # Metrics
 //
 // Config.Meter (an OpenTelemetry meter; nil means none) receives the
 // instruments below. Every statuspatch instrument carries the attribute
 // pipeline (Config.Name); leader instruments carry k8s.namespace.name and
-// k8s.lease.name. Counters and gauges are observable: they cost nothing per
+// k8s.lease.name. A [Sharded] with K > 1 adds the quietpatch.shard
+// instruments, with pipeline = Config.Name and identity = this replica's;
+// each shard it runs reports the statuspatch instruments under pipeline
+// <Name>-shard-<i> and the leader instruments under k8s.lease.name
+// <Lease.Name>-shard-<i>-of-<K>, only while this replica runs that shard:
+// whether a shard is led is the maximum of quietpatch.leader.is_leader
+// over the replicas, by k8s.lease.name. Counters and gauges are observable: they cost nothing per
 // patch, as the SDK reads the library's own counters at collection time;
 // the histograms are recorded once per patch call or pass. The Prometheus
 // name is what the OTel Prometheus exporter makes of it (dots to
@@ -162,6 +262,16 @@
 //	quietpatch.leader.transitions          counter    {transition}  lease attributes, direction: acquired lost            quietpatch_leader_transitions_total
 //	quietpatch.leader.requests             counter    {request}     lease attributes, operation: get create acquire       quietpatch_leader_requests_total
 //	                                                                renew vacate watch; result (as outcome)
+//	quietpatch.shard.held                  gauge      {shard}       pipeline, identity                                    quietpatch_shard_held
+//	quietpatch.shard.running               gauge      {shard}       pipeline, identity                                    quietpatch_shard_running
+//	quietpatch.shard.members               gauge      {replica}     pipeline, identity                                    quietpatch_shard_members
+//	quietpatch.shard.moves                 counter    {move}        pipeline, identity, direction: acquired given_up      quietpatch_shard_moves_total
+//	                                                                lost
+//
+// shard.held counts the shards this replica leads, shard.running those it
+// runs (leads, or competes for while the shard's cache syncs),
+// shard.members the replicas alive as it sees them; shard.moves counts
+// shards acquired, given up on purpose (a rebalance) and lost.
 //
 // What they mean: queue.enqueued = dequeued + superseded + depth at any
 // quiet moment (superseded: added while waiting already, no slot taken);

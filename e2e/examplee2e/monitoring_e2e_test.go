@@ -26,6 +26,31 @@ var absentWhenFollowing = map[string]string{
 	"quietpatch_reconcile_duration_seconds_bucket": "recorded per pass; a follower's reconciler makes no pass",
 }
 
+// absentWhenUnsharded lists the series of the dashboard, the rules and
+// doc.go's table that only a sharded pipeline (quietpatch.NewSharded with
+// K > 1) reports: the shard group's. A scrape without any of them is of an
+// unsharded pipeline, which may lack them all; a scrape with one must have
+// every one.
+var absentWhenUnsharded = map[string]string{
+	"quietpatch_shard_held":        "the shard group's: an unsharded pipeline has none",
+	"quietpatch_shard_running":     "the shard group's: an unsharded pipeline has none",
+	"quietpatch_shard_members":     "the shard group's: an unsharded pipeline has none",
+	"quietpatch_shard_moves_total": "the shard group's: an unsharded pipeline has none",
+}
+
+// unshardedAllowed returns allowed, plus absentWhenUnsharded when m has
+// none of the shard group's families.
+func unshardedAllowed(m examplee2e.Metrics, allowed map[string]string) map[string]string {
+	for n := range absentWhenUnsharded {
+		if m.Has(monitoring.FamilyName(n)) {
+			return allowed
+		}
+	}
+	out := maps.Clone(absentWhenUnsharded)
+	maps.Copy(out, allowed)
+	return out
+}
+
 // kinds maps the instrument kinds of doc.go's table to the metric types of
 // a scrape.
 var kinds = map[string]dto.MetricType{
@@ -89,19 +114,24 @@ func checkMonitoring(t *testing.T, leader examplee2e.Metrics, followers map[stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	for n, reason := range absentWhenFollowing {
-		if !slices.Contains(names, n) {
-			t.Errorf("absentWhenFollowing excuses %s (%s), which neither the dashboard nor the rules use: remove it", n, reason)
+	for _, excuses := range []struct {
+		name string
+		m    map[string]string
+	}{{"absentWhenFollowing", absentWhenFollowing}, {"absentWhenUnsharded", absentWhenUnsharded}} {
+		for n, reason := range excuses.m {
+			if !slices.Contains(names, n) {
+				t.Errorf("%s excuses %s (%s), which neither the dashboard nor the rules use: remove it", excuses.name, n, reason)
+			}
 		}
 	}
 	ok := true
-	if missing := missingMonitoring(leader, names, documented, nil); len(missing) > 0 {
+	if missing := missingMonitoring(leader, names, documented, unshardedAllowed(leader, nil)); len(missing) > 0 {
 		ok = false
 		t.Errorf("the leader's /metrics lacks %d metric(s) the dashboard, the rules or doc.go rely on:\n  %s", len(missing), strings.Join(missing, "\n  "))
 	}
 	for _, id := range slices.Sorted(maps.Keys(followers)) {
 		m := followers[id]
-		if missing := missingMonitoring(m, names, documented, absentWhenFollowing); len(missing) > 0 {
+		if missing := missingMonitoring(m, names, documented, unshardedAllowed(m, absentWhenFollowing)); len(missing) > 0 {
 			ok = false
 			t.Errorf("follower %s's /metrics lacks %d metric(s) the dashboard, the rules or doc.go rely on:\n  %s", id, len(missing), strings.Join(missing, "\n  "))
 		}
@@ -159,5 +189,29 @@ quietpatch_queue_wait_seconds_count{pipeline="p"} 1
 	}
 	if got := missingMonitoring(m, names, documented, nil); !slices.Contains(got, "quietpatch_dispatch_duration_seconds_bucket (dashboard/rules): no quietpatch_dispatch_duration_seconds family in the scrape") {
 		t.Errorf("without the allow-list, the absent histogram is not reported: %v", got)
+	}
+}
+
+// TestUnshardedAllowed: a scrape without the shard group's families may
+// lack them all; one with any of them must have every one.
+func TestUnshardedAllowed(t *testing.T) {
+	plain, err := examplee2e.ParseMetrics(strings.NewReader("# TYPE quietpatch_queue_depth gauge\nquietpatch_queue_depth{pipeline=\"p\"} 0\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sharded, err := examplee2e.ParseMetrics(strings.NewReader("# TYPE quietpatch_shard_held gauge\nquietpatch_shard_held{pipeline=\"p\",identity=\"a\"} 1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"quietpatch_queue_depth", "quietpatch_shard_held", "quietpatch_shard_members"}
+	if got := missingMonitoring(plain, names, nil, unshardedAllowed(plain, nil)); len(got) != 0 {
+		t.Errorf("unsharded scrape: missing %v, want none", got)
+	}
+	want := []string{
+		"quietpatch_queue_depth (dashboard/rules): no quietpatch_queue_depth family in the scrape",
+		"quietpatch_shard_members (dashboard/rules): no quietpatch_shard_members family in the scrape",
+	}
+	if got := missingMonitoring(sharded, names, nil, unshardedAllowed(sharded, nil)); !slices.Equal(got, want) {
+		t.Errorf("sharded scrape: missing\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 	}
 }

@@ -296,6 +296,61 @@ func dashboardRows() []genRow {
 				targets: []genTarget{{`sum by (operation, result) (rate(quietpatch_leader_requests_total{` + fJob + `}` + rateWin + `))`, `{{operation}} {{result}}`}},
 			},
 		}},
+		{title: "Shards", panels: []genPanel{
+			{
+				title: "Shards held and run per replica", w: 12, h: 7, unit: "short",
+				description: "Sharded pipelines only (quietpatch.NewSharded, K > 1; empty otherwise). Held: shards whose Lease this replica " +
+					"leads; run (dashed): shards it runs an informer and a pipeline for, leading them or competing while their cache syncs. " +
+					"A replica holds at most ceil(K / replicas alive); after a replica joins, the one holding the most gives one shard up at a time. " +
+					"The shard panels are filtered by job only: each shard's pipeline is <name>-shard-<i>, the group's instruments carry <name>.",
+				targets: []genTarget{
+					{`max by (identity) (quietpatch_shard_held{` + fJob + `})`, `{{identity}} held`},
+					{`max by (identity) (quietpatch_shard_running{` + fJob + `})`, `{{identity}} run`},
+				},
+				overrides: []any{override(".* run", dashed)},
+			},
+			{
+				title: "Replicas in the shard group", w: 6, h: 7, unit: "short",
+				description: "Replicas alive as each replica sees the membership Leases (<lease name>-member-<hash>, renewed like a claim, " +
+					"deleted on shutdown, alive while it changed less than its lease duration ago on the observer's clock), fewest and most " +
+					"over the replicas. They differ for at most one list period (--retry-period) after a change; apart for longer, " +
+					"some replica cannot list or renew Leases.",
+				targets: []genTarget{
+					{`min by (pipeline) (quietpatch_shard_members{` + fJob + `})`, `{{pipeline}} fewest seen`},
+					{`max by (pipeline) (quietpatch_shard_members{` + fJob + `})`, `{{pipeline}} most seen`},
+				},
+				defaults: map[string]any{"decimals": 0},
+			},
+			{
+				title: "Shard moves", w: 6, h: 7, unit: "short", bars: true,
+				description: "Shards acquired, given up on purpose (rebalancing after a replica joined) and lost (a claim ran out or was taken), " +
+					"per interval, over the replicas. Each move costs the taker a list of the shard's range and a full pass over it. " +
+					"A rollout moves about twice K shards within minutes; given_up and lost lasting 25 minutes fire QuietpatchShardsThrashing.",
+				targets: []genTarget{{`sum by (direction) (increase(quietpatch_shard_moves_total{` + fJob + `}` + rateWin + `))`, `{{direction}}`}},
+			},
+			{
+				typ: "state-timeline", title: "Shard Leases led", w: 12, h: 8,
+				description: "Per shard Lease (<lease name>-shard-<i>-of-<K>), whether some replica leads it (quietpatch_leader_is_leader, " +
+					"highest over the replicas running the shard). Only the replicas running a shard report its Lease: a gap is a shard that " +
+					"no replica runs. Unled or missing for four lease durations fires QuietpatchShardUnheld.",
+				targets: []genTarget{{`max by (k8s_lease_name) (quietpatch_leader_is_leader{` + fJob + `, k8s_lease_name=~".+-shard-[0-9]+-of-[0-9]+"})`, `{{k8s_lease_name}}`}},
+				defaults: map[string]any{
+					"mappings": []any{map[string]any{"type": "value", "options": map[string]any{
+						"0": map[string]any{"text": "unheld", "color": "red", "index": 0},
+						"1": map[string]any{"text": "led", "color": "green", "index": 1},
+					}}},
+					"color": map[string]any{"mode": "thresholds"},
+				},
+				options: map[string]any{"showValue": "never", "mergeValues": true, "rowHeight": 0.8},
+			},
+			{
+				title: "Shard leader per Lease", w: 12, h: 8, unit: "none",
+				description: "Which replica leads each shard Lease: one line per shard Lease and leading identity, at 1 while it leads. " +
+					"A line that moves from one identity to another is a shard move.",
+				targets:  []genTarget{{`max by (k8s_lease_name, identity) (quietpatch_leader_is_leader{` + fJob + `, k8s_lease_name=~".+-shard-[0-9]+-of-[0-9]+"}) == 1`, `{{k8s_lease_name}} {{identity}}`}},
+				defaults: map[string]any{"decimals": 0, "max": 1},
+			},
+		}},
 		{title: "Process", panels: []genPanel{
 			{
 				title: "Memory", w: 12, h: 7, unit: "bytes",

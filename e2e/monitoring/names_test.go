@@ -22,7 +22,7 @@ const (
 // get _total, unit s gets _seconds, histograms give _bucket/_sum/_count).
 type instrument struct {
 	kind     kind
-	pipeline bool                // carries the pipeline label (statuspatch instruments)
+	pipeline bool                // carries the pipeline label of a pipeline (statuspatch instruments), which $pipeline filters
 	labels   map[string][]string // further labels; nil values: any value
 }
 
@@ -35,7 +35,20 @@ var (
 	dispatchDrops  = []string{"unchanged", "deleted", "error", "not_leader", "stale_epoch", "claim_ending", "released", "shutdown"}
 	leaseOps       = []string{"get", "create", "acquire", "renew", "vacate", "watch"}
 	transitionDirs = []string{"acquired", "lost"}
+	moveDirs       = []string{"acquired", "given_up", "lost"}
 )
+
+// shardGroup returns the labels of the shard group's instruments: pipeline
+// (the group's name, Config.Name, whose shards' pipelines are
+// <name>-shard-<i>: not a value of $pipeline, so these are filtered by job
+// only), identity, and extra.
+func shardGroup(extra map[string][]string) map[string][]string {
+	m := map[string][]string{"pipeline": nil, "identity": nil}
+	for k, v := range extra {
+		m[k] = v
+	}
+	return m
+}
 
 func withLease(extra map[string][]string) map[string][]string {
 	m := map[string][]string{}
@@ -74,6 +87,10 @@ var scheme = map[string]instrument{
 	"quietpatch_leader_epoch":                       {kind: gauge, labels: lease},
 	"quietpatch_leader_transitions_total":           {kind: counter, labels: withLease(map[string][]string{"direction": transitionDirs})},
 	"quietpatch_leader_requests_total":              {kind: counter, labels: withLease(map[string][]string{"operation": leaseOps, "result": patchOutcomes})},
+	"quietpatch_shard_held":                         {kind: gauge, labels: shardGroup(nil)},
+	"quietpatch_shard_running":                      {kind: gauge, labels: shardGroup(nil)},
+	"quietpatch_shard_members":                      {kind: gauge, labels: shardGroup(nil)},
+	"quietpatch_shard_moves_total":                  {kind: counter, labels: shardGroup(map[string][]string{"direction": moveDirs})},
 }
 
 // targetLabels are the labels a scrape adds (Prometheus's job and instance,
@@ -81,7 +98,7 @@ var scheme = map[string]instrument{
 var targetLabels = []string{"job", "instance", "namespace", "pod", "container", "endpoint", "service"}
 
 var (
-	quietpatchName = regexp.MustCompile(`^quietpatch_(queue|reconcile|dispatch|leader)_[a-z][a-z0-9_]*$`)
+	quietpatchName = regexp.MustCompile(`^quietpatch_(queue|reconcile|dispatch|leader|shard)_[a-z][a-z0-9_]*$`)
 	runtimeName    = regexp.MustCompile(`^(go|process)_[a-z][a-z0-9_]*$`)
 )
 
@@ -92,7 +109,7 @@ func checkName(name string) string {
 	case runtimeName.MatchString(name):
 		return ""
 	case !quietpatchName.MatchString(name):
-		return "matches neither quietpatch_<queue|reconcile|dispatch|leader>_<name> nor go_*/process_*"
+		return "matches neither quietpatch_<queue|reconcile|dispatch|leader|shard>_<name> nor go_*/process_*"
 	}
 	fam := FamilyName(name)
 	inst, ok := scheme[fam]
@@ -214,10 +231,7 @@ func checkMatcher(name string, inst instrument, m Matcher) string {
 	if slices.Contains(targetLabels, m.Label) {
 		return ""
 	}
-	if m.Label == "pipeline" {
-		if !inst.pipeline {
-			return "has no pipeline label"
-		}
+	if m.Label == "pipeline" && inst.pipeline {
 		return ""
 	}
 	if m.Label == "le" && strings.HasSuffix(name, "_bucket") {
@@ -269,6 +283,13 @@ func TestCheckMatcher(t *testing.T) {
 	}
 	if msg := checkMatcher("quietpatch_leader_epoch", scheme["quietpatch_leader_epoch"], Matcher{"pipeline", "=", "x"}); msg == "" {
 		t.Error("the leader's instruments have no pipeline label")
+	}
+	moves := scheme["quietpatch_shard_moves_total"]
+	if msg := checkMatcher("quietpatch_shard_moves_total", moves, Matcher{"direction", "=~", "given_up|lost"}); msg != "" {
+		t.Errorf("shard moves given_up|lost: %s", msg)
+	}
+	if msg := checkMatcher("quietpatch_shard_moves_total", moves, Matcher{"direction", "=", "moved"}); msg == "" {
+		t.Error("shard moves have no direction moved")
 	}
 }
 

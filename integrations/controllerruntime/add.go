@@ -121,13 +121,24 @@ type Options struct {
 // only before it starts.
 //
 // An error names what is wrong; one wrapping quietpatch.ErrInvalidConfig
-// names the field of Options.Config.
+// names the field of Options.Config. Add rejects Config.Shards > 1, before
+// it uses mgr, with a *quietpatch.ConfigError naming Shards: a sharded
+// pipeline needs an informer per shard, which the manager's cache cannot
+// give (see the package documentation, section Shards).
 func Add[O client.Object, S any](ctx context.Context, mgr manager.Manager, obj O, comp statuspatch.StatusComputer[O, S, statuspatch.MergePatch], opts Options) (*quietpatch.Controller[O, S, statuspatch.MergePatch], error) {
 	if mgr == nil {
 		return nil, errors.New("controllerruntime: Add: mgr must not be nil")
 	}
 	if comp == nil {
 		return nil, errors.New("controllerruntime: Add: the StatusComputer must not be nil")
+	}
+	if opts.Config.Shards > 1 {
+		// Before anything touches the manager: GetInformer would start a
+		// cache of the whole resource.
+		return nil, &quietpatch.ConfigError{Field: "Shards", Reason: fmt.Sprintf("is %d: Add runs one pipeline over the manager's cache, "+
+			"which holds every object of the resource (controller-runtime's cache has no shard selector); "+
+			"build a sharded pipeline with quietpatch.NewSharded over a ListWatch made from mgr.GetConfig(), "+
+			"and add its Run to the manager (see the package documentation, section Shards)", opts.Config.Shards)}
 	}
 	cfg := opts.Config
 	if cfg.Name == "" {

@@ -164,6 +164,76 @@
 // and so on for every instrument in the library's table (the root
 // package's documentation), each with a pipeline label.
 //
+// # Shards
+//
+// [Add] runs one pipeline over the manager's cache, and rejects
+// Config.Shards > 1 with a *quietpatch.ConfigError naming Shards: the
+// manager's cache holds every object of the resource on every replica,
+// and controller-runtime's cache has no option to list and watch a shard
+// (ListOptions.ShardSelector), so a sharded pipeline over it would save
+// neither memory nor list time. A sharded pipeline is quietpatch.NewSharded
+// over a ListerWatcher of its own, made from mgr.GetConfig(): it runs one
+// informer per shard held, on that shard's range, and the manager runs it
+// like any Runnable. Its Run returns once every shard's pipeline stopped
+// in the safe order, so the manager's GracefulShutdownTimeout must cover
+// it as for Add. It must run on every replica, so it needs
+// NeedLeaderElection false: a bare manager.RunnableFunc runs only on the
+// manager's leader when Options.LeaderElection is on.
+//
+//	func addShardedWidgetStatus(mgr manager.Manager, computer *conditions.Computer[*v1.Widget]) error {
+//		c, err := client.NewWithWatch(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+//		if err != nil {
+//			return err
+//		}
+//		lw := &cache.ListWatch{ // NewSharded adds each shard's selector to opts
+//			ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+//				list := &v1.WidgetList{}
+//				return list, c.List(ctx, list, &client.ListOptions{Raw: &opts, Limit: opts.Limit, Continue: opts.Continue})
+//			},
+//			WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+//				return c.Watch(ctx, &v1.WidgetList{}, &client.ListOptions{Raw: &opts})
+//			},
+//		}
+//		patcher, err := controllerruntime.NewStatusPatcher(c, &v1.Widget{}, "widgets")
+//		if err != nil {
+//			return err
+//		}
+//		mp, err := controllerruntime.NewMeterProvider(metrics.Registry)
+//		if err != nil {
+//			return err
+//		}
+//		leases, err := kubernetes.NewForConfig(mgr.GetConfig())
+//		if err != nil {
+//			return err
+//		}
+//		sharded, err := quietpatch.NewSharded(lw, computer, patcher, quietpatch.Config{
+//			Options: statuspatch.Options{Name: "widgets", Meter: mp.Meter(controllerruntime.MeterName)},
+//			Leases:  leases.CoordinationV1(),
+//			Lease:   leader.Config{Namespace: "widget-system", Name: "widget-status"},
+//			Shards:  8,
+//		})
+//		if err != nil {
+//			return err
+//		}
+//		if err := mgr.AddReadyzCheck("widgets", sharded.ReadyCheck); err != nil {
+//			return err
+//		}
+//		if err := mgr.AddHealthzCheck("widgets", sharded.LiveCheck); err != nil {
+//			return err
+//		}
+//		return mgr.Add(everyReplica{manager.RunnableFunc(sharded.Run)})
+//	}
+//
+//	// everyReplica runs on every replica, leader election or not.
+//	type everyReplica struct{ manager.RunnableFunc }
+//
+//	func (everyReplica) NeedLeaderElection() bool { return false }
+//
+// The patcher here writes through c, the client the ListWatch uses, made
+// from mgr.GetConfig(): ctrl.GetConfig sets no client-side rate limit (see
+// Clients). Dependencies may be informers of the manager's cache, as with
+// Add: each replica keeps them whole, shared by its shards.
+//
 // # Testing
 //
 // The tests of this module run controller-runtime's envtest.Environment on
