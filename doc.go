@@ -222,9 +222,10 @@
 // pipeline (Config.Name); leader instruments carry k8s.namespace.name and
 // k8s.lease.name. A [Sharded] with K > 1 adds the quietpatch.shard
 // instruments, with pipeline = Config.Name and identity = this replica's;
-// each shard it runs reports the statuspatch instruments under pipeline
-// <Name>-shard-<i> and the leader instruments under k8s.lease.name
-// <Lease.Name>-shard-<i>-of-<K>, only while this replica runs that shard:
+// each shard it runs reports the statuspatch and leader instruments with
+// the attribute shard (its index) added — pipeline stays Config.Name, and
+// k8s.lease.name is <Lease.Name>-shard-<i>-of-<K> — only while this
+// replica runs that shard:
 // whether a shard is led is the maximum of quietpatch.leader.is_leader
 // over the replicas, by k8s.lease.name. Counters and gauges are observable: they cost nothing per
 // patch, as the SDK reads the library's own counters at collection time;
@@ -267,11 +268,17 @@
 //	quietpatch.shard.members               gauge      {replica}     pipeline, identity                                    quietpatch_shard_members
 //	quietpatch.shard.moves                 counter    {move}        pipeline, identity, direction: acquired given_up      quietpatch_shard_moves_total
 //	                                                                lost
+//	quietpatch.shard.objects               gauge      {object}      pipeline, identity                                    quietpatch_shard_objects
+//	quietpatch.shard.unfiltered            gauge      (none)        pipeline, identity                                    quietpatch_shard_unfiltered
 //
 // shard.held counts the shards this replica leads, shard.running those it
 // runs (leads, or competes for while the shard's cache syncs),
 // shard.members the replicas alive as it sees them; shard.moves counts
-// shards acquired, given up on purpose (a rebalance) and lost.
+// shards acquired, given up on purpose (a rebalance) and lost;
+// shard.objects is the objects in the caches of the shards run (about N ×
+// running / K when the server filters); shard.unfiltered is 1 once the
+// server returned an object outside a shard's range (the selector is not
+// honoured: filtered client-side).
 //
 // What they mean: queue.enqueued = dequeued + superseded + depth at any
 // quiet moment (superseded: added while waiting already, no slot taken);

@@ -36,6 +36,8 @@ var absentWhenUnsharded = map[string]string{
 	"quietpatch_shard_running":     "the shard group's: an unsharded pipeline has none",
 	"quietpatch_shard_members":     "the shard group's: an unsharded pipeline has none",
 	"quietpatch_shard_moves_total": "the shard group's: an unsharded pipeline has none",
+	"quietpatch_shard_objects":     "the shard group's: an unsharded pipeline has none",
+	"quietpatch_shard_unfiltered":  "the shard group's: an unsharded pipeline has none",
 }
 
 // unshardedAllowed returns allowed, plus absentWhenUnsharded when m has

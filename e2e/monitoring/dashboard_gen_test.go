@@ -302,7 +302,7 @@ func dashboardRows() []genRow {
 				description: "Sharded pipelines only (quietpatch.NewSharded, K > 1; empty otherwise). Held: shards whose Lease this replica " +
 					"leads; run (dashed): shards it runs an informer and a pipeline for, leading them or competing while their cache syncs. " +
 					"A replica holds at most ceil(K / replicas alive); after a replica joins, the one holding the most gives one shard up at a time. " +
-					"The shard panels are filtered by job only: each shard's pipeline is <name>-shard-<i>, the group's instruments carry <name>.",
+					"Each shard's pipeline instruments carry the group's pipeline label plus shard=\"<i>\".",
 				targets: []genTarget{
 					{`max by (identity) (quietpatch_shard_held{` + fJob + `})`, `{{identity}} held`},
 					{`max by (identity) (quietpatch_shard_running{` + fJob + `})`, `{{identity}} run`},
@@ -327,6 +327,18 @@ func dashboardRows() []genRow {
 					"per interval, over the replicas. Each move costs the taker a list of the shard's range and a full pass over it. " +
 					"A rollout moves about twice K shards within minutes; given_up and lost lasting 25 minutes fire QuietpatchShardsThrashing.",
 				targets: []genTarget{{`sum by (direction) (increase(quietpatch_shard_moves_total{` + fJob + `}` + rateWin + `))`, `{{direction}}`}},
+			},
+			{
+				title: "Shard caches", w: 12, h: 7, unit: "short",
+				description: "Objects in the caches of the shards each replica runs: about the resource's objects times running / K when " +
+					"the API server filters by ShardSelector (feature gate ShardedListAndWatch). Unfiltered (dashed, 0 or 1): the server " +
+					"returned objects outside a shard's range, so each shard's cache lists and watches everything and filters client-side — " +
+					"memory still holds only the shard, the transfer does not shrink.",
+				targets: []genTarget{
+					{`max by (identity) (quietpatch_shard_objects{` + fJob + `})`, `{{identity}} objects`},
+					{`max by (identity) (quietpatch_shard_unfiltered{` + fJob + `})`, `{{identity}} unfiltered`},
+				},
+				overrides: []any{override(".* unfiltered", dashed)},
 			},
 			{
 				typ: "state-timeline", title: "Shard Leases led", w: 12, h: 8,

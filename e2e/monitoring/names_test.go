@@ -39,9 +39,8 @@ var (
 )
 
 // shardGroup returns the labels of the shard group's instruments: pipeline
-// (the group's name, Config.Name, whose shards' pipelines are
-// <name>-shard-<i>: not a value of $pipeline, so these are filtered by job
-// only), identity, and extra.
+// (the group's name, Config.Name, also the pipeline label of its shards'
+// instruments, which add shard), identity, and extra.
 func shardGroup(extra map[string][]string) map[string][]string {
 	m := map[string][]string{"pipeline": nil, "identity": nil}
 	for k, v := range extra {
@@ -91,6 +90,8 @@ var scheme = map[string]instrument{
 	"quietpatch_shard_running":                      {kind: gauge, labels: shardGroup(nil)},
 	"quietpatch_shard_members":                      {kind: gauge, labels: shardGroup(nil)},
 	"quietpatch_shard_moves_total":                  {kind: counter, labels: shardGroup(map[string][]string{"direction": moveDirs})},
+	"quietpatch_shard_objects":                      {kind: gauge, labels: shardGroup(nil)},
+	"quietpatch_shard_unfiltered":                   {kind: gauge, labels: shardGroup(nil)},
 }
 
 // targetLabels are the labels a scrape adds (Prometheus's job and instance,
