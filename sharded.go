@@ -45,6 +45,7 @@ type Sharded[O, S, P any] struct {
 
 	mu      sync.Mutex
 	slots   map[int]*slot[O, S, P]
+	leaving map[int]chan struct{} // shards stopped, not yet done (quiescing, vacating)
 	started atomic.Bool
 	running atomic.Bool
 	moves   [3]atomic.Int64 // acquired, given up, lost
@@ -108,7 +109,7 @@ func NewSharded[O, S, P any](lw cache.ListerWatcher, comp statuspatch.StatusComp
 		return nil, &ConfigError{Field: "O", Reason: fmt.Sprintf("must be the runtime.Object pointer type of the resource, got %T", zero)}
 	}
 	k := max(cfg.Shards, 1)
-	s := &Sharded[O, S, P]{lw: lw, comp: comp, patcher: patcher, slots: map[int]*slot[O, S, P]{}}
+	s := &Sharded[O, S, P]{lw: lw, comp: comp, patcher: patcher, slots: map[int]*slot[O, S, P]{}, leaving: map[int]chan struct{}{}}
 	if k == 1 {
 		cfg.Shards = 0
 		s.inf1 = s.informer(lw)
@@ -210,7 +211,14 @@ func (s *Sharded[O, S, P]) Run(ctx context.Context) error {
 	for _, sl := range s.slots {
 		all = append(all, sl)
 	}
+	var leaving []chan struct{}
+	for _, done := range s.leaving {
+		leaving = append(leaving, done)
+	}
 	s.mu.Unlock()
+	for _, done := range leaving { // shards given up just before: let them vacate too
+		<-done
+	}
 	for _, sl := range all {
 		sl.cancel()
 	}
@@ -258,6 +266,20 @@ func (s *Sharded[O, S, P]) step(ctx context.Context) error {
 	defer s.mu.Unlock()
 	v := s.group.View()
 	me := s.group.Identity()
+	for i, done := range s.leaving {
+		select {
+		case <-done:
+			delete(s.leaving, i)
+		default:
+			// Given up, still quiescing: the Lease names us until the
+			// vacate lands, but the shard is on its way to be free. Seen
+			// as held, it would make this replica a donor once more, and
+			// it must not run twice here.
+			if v.Holders[i] == me {
+				v.Holders[i] = ""
+			}
+		}
+	}
 	var mine []int
 	for i, sl := range s.slots {
 		select {
@@ -287,6 +309,7 @@ func (s *Sharded[O, S, P]) step(ctx context.Context) error {
 	}
 	slices.Sort(mine)
 	take, stop := leader.Plan(me, v, mine)
+	take = slices.DeleteFunc(take, func(i int) bool { _, ok := s.leaving[i]; return ok })
 	for _, i := range stop {
 		sl := s.slots[i]
 		reason := "rebalance: another replica holds fewer than its share"
@@ -302,6 +325,7 @@ func (s *Sharded[O, S, P]) step(ctx context.Context) error {
 		}
 		sl.cancel()
 		delete(s.slots, i)
+		s.leaving[i] = sl.done
 		go func() { <-sl.done; s.remove(sl, reason) }()
 	}
 	for _, i := range take {
