@@ -45,7 +45,7 @@ type Sharded[O, S, P any] struct {
 
 	mu      sync.Mutex
 	slots   map[int]*slot[O, S, P]
-	leaving map[int]chan struct{} // shards stopped, not yet done (quiescing, vacating)
+	leaving map[int]chan struct{} // shards given up whose pipeline has not stopped, or the view still names us
 	started atomic.Bool
 	running atomic.Bool
 	moves   [3]atomic.Int64 // acquired, given up, lost
@@ -267,17 +267,20 @@ func (s *Sharded[O, S, P]) step(ctx context.Context) error {
 	v := s.group.View()
 	me := s.group.Identity()
 	for i, done := range s.leaving {
+		// Given up: until the group's view no longer names us — the vacate
+		// landed and a list saw it, or the claim ran out — the shard is on
+		// its way to be free, not ours. Seen as held, it would make this
+		// replica a donor once more; and it must not run twice here.
 		select {
 		case <-done:
-			delete(s.leaving, i)
-		default:
-			// Given up, still quiescing: the Lease names us until the
-			// vacate lands, but the shard is on its way to be free. Seen
-			// as held, it would make this replica a donor once more, and
-			// it must not run twice here.
-			if v.Holders[i] == me {
-				v.Holders[i] = ""
+			if v.Holders[i] != me {
+				delete(s.leaving, i)
+				continue
 			}
+		default:
+		}
+		if v.Holders[i] == me {
+			v.Holders[i] = ""
 		}
 	}
 	var mine []int
