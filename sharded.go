@@ -44,14 +44,14 @@ type Sharded[O, S, P any] struct {
 	single *Controller[O, S, P] // Shards == 1
 	inf1   cache.SharedIndexInformer
 
-	mu       sync.Mutex
-	slots    map[int]*slot[O, S, P]
-	stopping map[int]*slot[O, S, P] // given up, not yet stopped
-	wg       sync.WaitGroup         // the goroutines finishing those
-	started  atomic.Bool
-	running  atomic.Bool
-	moves    [3]atomic.Int64 // acquired, given up, lost
-	told     atomic.Bool     // logged that the server does not filter
+	mu      sync.Mutex
+	slots   map[int]*slot[O, S, P]
+	leaving map[int]chan struct{} // shards given up whose pipeline has not stopped, or the view still names us
+	wg      sync.WaitGroup        // the goroutines finishing those
+	started atomic.Bool
+	running atomic.Bool
+	moves   [3]atomic.Int64 // acquired, given up, lost
+	told    atomic.Bool     // logged that the server does not filter
 }
 
 // slot is one shard this replica runs: its cache and its pipeline.
@@ -111,7 +111,7 @@ func NewSharded[O, S, P any](lw cache.ListerWatcher, comp statuspatch.StatusComp
 		return nil, &ConfigError{Field: "O", Reason: fmt.Sprintf("must be the runtime.Object pointer type of the resource, got %T", zero)}
 	}
 	k := max(cfg.Shards, 1)
-	s := &Sharded[O, S, P]{lw: lw, comp: comp, patcher: patcher, slots: map[int]*slot[O, S, P]{}, stopping: map[int]*slot[O, S, P]{}}
+	s := &Sharded[O, S, P]{lw: lw, comp: comp, patcher: patcher, slots: map[int]*slot[O, S, P]{}, leaving: map[int]chan struct{}{}}
 	if k == 1 {
 		cfg.Shards = 0
 		s.inf1 = s.informer(lw)
@@ -211,7 +211,7 @@ func (s *Sharded[O, S, P]) Run(ctx context.Context) error {
 	s.running.Store(false)
 	s.log.Info("quietpatch: stopping every shard")
 	s.mu.Lock()
-	all := make([]*slot[O, S, P], 0, len(s.slots)+len(s.stopping))
+	all := make([]*slot[O, S, P], 0, len(s.slots))
 	for _, sl := range s.slots {
 		all = append(all, sl)
 	}
@@ -223,7 +223,7 @@ func (s *Sharded[O, S, P]) Run(ctx context.Context) error {
 		<-sl.done
 		s.remove(sl, "stopping")
 	}
-	s.wg.Wait() // the shards given up before
+	s.wg.Wait() // the shards given up just before: they vacate too
 	stopGroup()
 	if gerr := <-groupDone; err == nil && gerr != nil && ctx.Err() == nil {
 		err = gerr
@@ -264,6 +264,23 @@ func (s *Sharded[O, S, P]) step(ctx context.Context) error {
 	defer s.mu.Unlock()
 	v := s.group.View()
 	me := s.group.Identity()
+	for i, done := range s.leaving {
+		// Given up: until the group's view no longer names us — the vacate
+		// landed and a list saw it, or the claim ran out — the shard is on
+		// its way to be free, not ours. Seen as held, it would make this
+		// replica a donor once more; and it must not run twice here.
+		select {
+		case <-done:
+			if v.Holders[i] != me {
+				delete(s.leaving, i)
+				continue
+			}
+		default:
+		}
+		if v.Holders[i] == me {
+			v.Holders[i] = ""
+		}
+	}
 	var mine []int
 	for i, sl := range s.slots {
 		select {
@@ -293,6 +310,7 @@ func (s *Sharded[O, S, P]) step(ctx context.Context) error {
 	}
 	slices.Sort(mine)
 	take, stop := leader.Plan(me, v, mine)
+	take = slices.DeleteFunc(take, func(i int) bool { _, ok := s.leaving[i]; return ok })
 	for _, i := range stop {
 		sl := s.slots[i]
 		reason := "rebalance: another replica holds fewer than its share"
@@ -308,19 +326,10 @@ func (s *Sharded[O, S, P]) step(ctx context.Context) error {
 		}
 		sl.cancel()
 		delete(s.slots, i)
-		s.stopping[i] = sl
-		s.wg.Go(func() {
-			<-sl.done
-			s.remove(sl, reason)
-			s.mu.Lock()
-			delete(s.stopping, i)
-			s.mu.Unlock()
-		})
+		s.leaving[i] = sl.done
+		s.wg.Go(func() { <-sl.done; s.remove(sl, reason) })
 	}
 	for _, i := range take {
-		if s.stopping[i] != nil {
-			continue // still vacating: next round
-		}
 		if err := s.startLocked(ctx, i); err != nil {
 			return err
 		}
@@ -379,7 +388,7 @@ func (s *Sharded[O, S, P]) remove(sl *slot[O, S, P], reason string) {
 	s.log.Info("quietpatch: shard stopped", slog.Int("shard", sl.r.Index), slog.String("reason", reason))
 }
 
-// held returns the shards run, under the lock.
+// each calls f with every shard's pipeline this replica runs.
 func (s *Sharded[O, S, P]) each(f func(i int, c *Controller[O, S, P])) {
 	if s.single != nil {
 		f(0, s.single)

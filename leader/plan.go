@@ -13,10 +13,11 @@ import (
 //
 //   - a shard of mine that another replica holds is stopped (lost race);
 //   - more than hi shards: stop the extras, those not held first;
-//   - a replica alive holds fewer than lo (one joined): the replica holding
-//     the most, ties broken by the smaller identity, stops one — one
-//     replica, one shard per call, so the spread converges without
-//     bouncing;
+//   - a replica alive holds fewer than lo (one joined) and no shard is
+//     free: the replica holding the most, ties broken by the smaller
+//     identity, stops one — one replica, one shard per call, and none
+//     while that shard is free (on its way to the starved replica), so the
+//     spread converges without bouncing;
 //   - free shards are taken up to hi, but while a replica holds fewer than
 //     lo only such a replica takes.
 //
@@ -28,6 +29,7 @@ func Plan(me string, v View, mine []int) (take, stop []int) {
 	members := v.Members
 	if !slices.Contains(members, me) {
 		members = append(slices.Clone(members), me)
+		slices.Sort(members)
 	}
 	r := len(members)
 	lo, hi := k/r, (k+r-1)/r
@@ -61,13 +63,17 @@ func Plan(me string, v View, mine []int) (take, stop []int) {
 	for len(keep) > hi {
 		stop, keep = append(stop, keep[0]), keep[1:]
 	}
-	starved := false
+	starved, anyFree := false, slices.Contains(v.Holders, "")
 	for _, m := range members {
 		if held[m] < lo {
 			starved = true
 		}
 	}
-	if starved && len(stop) == 0 && held[me] > lo && donor(members, held) == me {
+	// A free shard is one a starved replica can take (a donor's shard in
+	// transit, until the starved replica's claim lands): donate only when
+	// there is none, else every replica in turn would be the donor while
+	// the first donor's shard is on its way.
+	if starved && !anyFree && len(stop) == 0 && held[me] > lo && donor(members, held) == me {
 		for i, s := range keep {
 			if v.Holders[s] == me {
 				stop = append(stop, s)
@@ -79,7 +85,7 @@ func Plan(me string, v View, mine []int) (take, stop []int) {
 	if starved && held[me] >= lo {
 		return take, stop
 	}
-	free := freeShards(me, v, keep)
+	free := freeShards(me, members, v, keep)
 	for len(keep)+len(take) < hi && len(free) > 0 {
 		take, free = append(take, free[0]), free[1:]
 	}
@@ -98,18 +104,29 @@ func donor(members []string, held map[string]int) string {
 }
 
 // freeShards lists the free shards not in mine, starting at an offset
-// drawn from me, so that replicas starting together try different shards.
-func freeShards(me string, v View, mine []int) []int {
-	k := len(v.Holders)
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(me))
-	start := int(h.Sum32() % uint32(k))
+// drawn from me's place among the members (the i-th of r starts i/r of
+// the way into the free shards), so that replicas taking free shards at
+// the same time — starting together, or survivors taking a dead
+// replica's shards — try different ones: each shard lost to a race costs
+// its loser a new claimer, which watches the Lease a lease duration
+// before it takes a free one.
+func freeShards(me string, members []string, v View, mine []int) []int {
 	var free []int
-	for j := range k {
-		s := (start + j) % k
+	for s := range len(v.Holders) {
 		if v.Holders[s] == "" && !slices.Contains(mine, s) {
 			free = append(free, s)
 		}
 	}
-	return free
+	if len(free) == 0 {
+		return nil
+	}
+	start := 0
+	if i := slices.Index(members, me); i >= 0 {
+		start = i * len(free) / len(members)
+	} else {
+		h := fnv.New32a()
+		_, _ = h.Write([]byte(me))
+		start = int(h.Sum32() % uint32(len(free)))
+	}
+	return slices.Concat(free[start:], free[:start])
 }

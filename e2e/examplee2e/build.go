@@ -42,6 +42,13 @@ func DeployDir(examplesDir string) string {
 	return filepath.Join(examplesDir, "httproute-status", "deploy")
 }
 
+// ShardsDeployDir is the directory of the RBAC a deployment with
+// --shards > 1 needs on top of DeployDir's (a kustomize component): load
+// both and Merge them.
+func ShardsDeployDir(examplesDir string) string {
+	return filepath.Join(DeployDir(examplesDir), "shards")
+}
+
 // BuildController builds the controller command of the examples module
 // (go build, so the build cache makes a rebuild quick) into
 // outDir/ControllerBinary and returns its path and how long the build took.

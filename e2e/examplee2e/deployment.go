@@ -53,6 +53,9 @@ type Config struct {
 	ReconcileInterval, PatchTimeout        time.Duration
 	// Workers (--workers), QueueCapacity (--queue-capacity).
 	Workers, QueueCapacity int
+	// Shards (--shards): the shard count K; 0 or 1 runs one Lease. With
+	// K > 1 the RBAC must include the Role of ShardsDeployDir.
+	Shards int
 	// KubeQPS and KubeBurst (--kube-qps, --kube-burst). Zero leaves the
 	// controller's default: no client-side limit.
 	KubeQPS   float64
@@ -81,6 +84,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: Config.Namespace must be set", ErrInvalidConfig)
 	case c.Replicas < 0:
 		return c, fmt.Errorf("%w: Config.Replicas must be >= 0, got %d", ErrInvalidConfig, c.Replicas)
+	case c.Shards < 0:
+		return c, fmt.Errorf("%w: Config.Shards must be >= 0, got %d", ErrInvalidConfig, c.Shards)
 	}
 	if c.ServiceAccount == "" {
 		c.ServiceAccount = "httproute-status"
@@ -134,6 +139,7 @@ func (c Config) args(kubeconfig string) []string {
 	dur("patch-timeout", c.PatchTimeout)
 	num("workers", c.Workers)
 	num("queue-capacity", c.QueueCapacity)
+	num("shards", c.Shards)
 	if c.KubeQPS != 0 {
 		a = append(a, "--kube-qps="+strconv.FormatFloat(c.KubeQPS, 'g', -1, 64))
 	}

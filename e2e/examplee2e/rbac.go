@@ -122,6 +122,24 @@ func (r *RBAC) add(b []byte) (int, error) {
 	}
 }
 
+// Merge returns the RBAC of r and of others together: every role and
+// binding of each, in order. The objects are shared, not copied.
+func (r *RBAC) Merge(others ...*RBAC) *RBAC {
+	out := &RBAC{
+		ClusterRoles: slices.Clone(r.ClusterRoles), Roles: slices.Clone(r.Roles),
+		ClusterRoleBindings: slices.Clone(r.ClusterRoleBindings), RoleBindings: slices.Clone(r.RoleBindings),
+		Files: slices.Clone(r.Files),
+	}
+	for _, o := range others {
+		out.ClusterRoles = append(out.ClusterRoles, o.ClusterRoles...)
+		out.Roles = append(out.Roles, o.Roles...)
+		out.ClusterRoleBindings = append(out.ClusterRoleBindings, o.ClusterRoleBindings...)
+		out.RoleBindings = append(out.RoleBindings, o.RoleBindings...)
+		out.Files = append(out.Files, o.Files...)
+	}
+	return out
+}
+
 // Rules lists every rule, one line each, for display: "ClusterRole NAME:
 // verbs on group/resources".
 func (r *RBAC) Rules() []string {

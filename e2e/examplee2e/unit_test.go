@@ -240,6 +240,28 @@ subjects: [{kind: ServiceAccount, name: sa, namespace: somewhere}]
 				}
 			}
 		}},
+		{"the example's sharded deploy component", func(t *testing.T) string {
+			dir, err := examplee2e.ExamplesDir()
+			if err != nil {
+				t.Skip(err)
+			}
+			return examplee2e.ShardsDeployDir(dir)
+		}, nil, func(t *testing.T, r *examplee2e.RBAC) {
+			// Only Leases, in the controller's namespace.
+			want := []string{"Role quietpatch-httproute-status-shards: list,watch,get,update,delete on coordination.k8s.io/leases"}
+			if got := r.Rules(); !slices.Equal(got, want) || len(r.ClusterRoles) != 0 || len(r.RoleBindings) != 1 {
+				t.Errorf("Rules = %q (%d ClusterRoles, %d RoleBindings), want %q and one RoleBinding", got, len(r.ClusterRoles), len(r.RoleBindings), want)
+			}
+			dir, _ := examplee2e.ExamplesDir()
+			base, err := examplee2e.LoadRBAC(examplee2e.DeployDir(dir))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := base.Merge(r)
+			if len(m.Roles) != len(base.Roles)+1 || len(m.RoleBindings) != len(base.RoleBindings)+1 || len(base.Roles) != 1 {
+				t.Errorf("Merge: %d Roles, %d RoleBindings from %d+1, %d+1", len(m.Roles), len(m.RoleBindings), len(base.Roles), len(base.RoleBindings))
+			}
+		}},
 	} {
 		t.Run(tc.label, func(t *testing.T) {
 			r, err := examplee2e.LoadRBAC(tc.dir(t))
