@@ -349,6 +349,7 @@ func (s *Sharded[O, S, P]) startLocked(ctx context.Context, i int) error {
 	cfg := s.cfg
 	cfg.Shards, cfg.Dependencies = 0, nil
 	cfg.Lease.Name = s.group.ShardLease(i)
+	cfg.Lease.Seen = s.group.Seen
 	cfg.Lease.Logger = s.cfg.Logger.With(slog.Int("shard", i))
 	cfg.Logger = cfg.Lease.Logger
 	var tm *trackedMeter

@@ -730,6 +730,11 @@ func (l *loop) succeeded(now time.Time) {
 func (l *loop) observe(lease *coordv1.Lease, now time.Time) {
 	if l.lease == nil || keyOf(lease) != keyOf(l.lease) {
 		l.observedAt = now
+		if seen := l.c.cfg.Seen; l.lease == nil && seen != nil {
+			if t, ok := seen(lease.Name, lease.ResourceVersion); ok && t.Before(now) {
+				l.observedAt = t
+			}
+		}
 	}
 	l.maxEpoch = max(l.maxEpoch, transitionsOf(lease))
 	l.lease = lease

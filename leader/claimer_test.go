@@ -94,6 +94,8 @@ func TestAcquire(t *testing.T) {
 		spec       coordv1.LeaseSpec
 		wantBefore Claim         // what a sees before it may acquire
 		acquireAt  time.Duration // when a acquires
+		seenAgo    time.Duration // Config.Seen: the process saw this state so long before t0
+		seenOther  bool          // … but at another resourceVersion
 	}{
 		{
 			label:     "free: no holder",
@@ -133,6 +135,21 @@ func TestAcquire(t *testing.T) {
 			acquireAt:  15 * time.Second,
 		},
 		{
+			label:      "held by b, seen by the process (a Group) 10s before: wait the 5s left",
+			spec:       leaseSpec("b", t0, 4),
+			seenAgo:    10 * time.Second,
+			wantBefore: Claim{"b", at(5 * time.Second), 4},
+			acquireAt:  5 * time.Second,
+		},
+		{
+			label:      "held by b, seen 10s before at another resourceVersion: a full duration",
+			spec:       leaseSpec("b", t0, 4),
+			seenAgo:    10 * time.Second,
+			seenOther:  true,
+			wantBefore: Claim{"b", at(15 * time.Second), 4},
+			acquireAt:  15 * time.Second,
+		},
+		{
 			label:      "held by b, no leaseDurationSeconds: expired when observed",
 			spec:       func() coordv1.LeaseSpec { s := leaseSpec("b", t0, 4); s.LeaseDurationSeconds = nil; return s }(),
 			wantBefore: Claim{},
@@ -142,7 +159,17 @@ func TestAcquire(t *testing.T) {
 		t.Run(tc.label, func(t *testing.T) {
 			h := newHarness(t)
 			h.api.put(t, tc.spec)
-			a := h.start(h.config("a"))
+			cfg := h.config("a")
+			if tc.seenAgo > 0 {
+				rv := h.api.get(t).ResourceVersion
+				if tc.seenOther {
+					rv += "0"
+				}
+				cfg.Seen = func(name, v string) (time.Time, bool) {
+					return t0.Add(-tc.seenAgo), name == cfg.Name && v == rv
+				}
+			}
+			a := h.start(cfg)
 			h.settle()
 			if tc.acquireAt > 0 {
 				holder := *tc.spec.HolderIdentity

@@ -168,6 +168,15 @@ type Config struct {
 	// Meter creates the instruments listed in the package documentation.
 	// Nil means a no-op meter.
 	Meter metric.Meter
+
+	// Seen, if set, says when this process first saw the Lease with the
+	// given name and resourceVersion, if it did: the claimer then counts
+	// the claim it first reads from that moment rather than from its own
+	// first read — same process, same clock, same state. For a claimer
+	// started after something else in the process watched the Lease (a
+	// [Group], which quietpatch.NewSharded passes here), so that taking a
+	// dead replica's shard costs one lease duration, not two.
+	Seen func(name, resourceVersion string) (time.Time, bool)
 }
 
 // withDefaults returns cfg with zero fields set to their defaults and

@@ -121,6 +121,19 @@ func (g *Group) View() View {
 	return v
 }
 
+// Seen says when the Group first saw the Lease name at resourceVersion
+// rv, if it did and that is still its latest list: [Config].Seen of the
+// shards' claimers.
+func (g *Group) Seen(name, rv string) (time.Time, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	o, ok := g.seen[name]
+	if !ok || o.rv != rv {
+		return time.Time{}, false
+	}
+	return o.at, true
+}
+
 // Changed receives a value after a list changed the view.
 func (g *Group) Changed() <-chan struct{} { return g.changed }
 
