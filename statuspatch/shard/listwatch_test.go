@@ -329,7 +329,9 @@ func TestInformerHoldsExactlyTheRange(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); inf.RunWithContext(ctx) }()
 	defer func() { cancel(); <-done }()
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+	sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+	defer scancel()
+	if !cache.WaitForCacheSync(sctx.Done(), inf.HasSynced) {
 		t.Fatal("not synced")
 	}
 	fw := <-f.watching
