@@ -13,10 +13,11 @@ import (
 //
 //   - a shard of mine that another replica holds is stopped (lost race);
 //   - more than hi shards: stop the extras, those not held first;
-//   - a replica alive holds fewer than lo (one joined): the replica holding
-//     the most, ties broken by the smaller identity, stops one — one
-//     replica, one shard per call, so the spread converges without
-//     bouncing;
+//   - a replica alive holds fewer than lo (one joined) and no shard is
+//     free: the replica holding the most, ties broken by the smaller
+//     identity, stops one — one replica, one shard at a time (none while
+//     the last one given up is still free), so the spread converges
+//     without bouncing;
 //   - free shards are taken up to hi, but while a replica holds fewer than
 //     lo only such a replica takes.
 //
@@ -28,13 +29,17 @@ func Plan(me string, v View, mine []int) (take, stop []int) {
 	members := v.Members
 	if !slices.Contains(members, me) {
 		members = append(slices.Clone(members), me)
+		slices.Sort(members) // donor breaks ties by order
 	}
 	r := len(members)
 	lo, hi := k/r, (k+r-1)/r
 	held := map[string]int{}
+	free := 0
 	for _, h := range v.Holders {
 		if h != "" {
 			held[h]++
+		} else {
+			free++
 		}
 	}
 	var keep []int
@@ -67,7 +72,10 @@ func Plan(me string, v View, mine []int) (take, stop []int) {
 			starved = true
 		}
 	}
-	if starved && len(stop) == 0 && held[me] > lo && donor(members, held) == me {
+	// No donation while a shard is free: a starved replica takes it (only
+	// they take while one is starved), and a second donor would give up a
+	// shard too many while the first one's is still changing hands.
+	if starved && free == 0 && len(stop) == 0 && held[me] > lo && donor(members, held) == me {
 		for i, s := range keep {
 			if v.Holders[s] == me {
 				stop = append(stop, s)
@@ -79,9 +87,9 @@ func Plan(me string, v View, mine []int) (take, stop []int) {
 	if starved && held[me] >= lo {
 		return take, stop
 	}
-	free := freeShards(me, v, keep)
-	for len(keep)+len(take) < hi && len(free) > 0 {
-		take, free = append(take, free[0]), free[1:]
+	avail := freeShards(me, v, keep)
+	for len(keep)+len(take) < hi && len(avail) > 0 {
+		take, avail = append(take, avail[0]), avail[1:]
 	}
 	return take, stop
 }

@@ -52,6 +52,10 @@ func TestPlan(t *testing.T) {
 			holders: "aabbcc", takeN: 0},
 		{label: "joiner takes the shard given up", me: "d", members: []string{"a", "b", "c", "d"},
 			holders: "a-bbcc", take: []int{1}, takeN: -1},
+		{label: "no second donor while the shard given up is free", me: "b", members: []string{"a", "b", "c", "d"},
+			holders: "a-bbcc", mine: []int{2, 3}, takeN: 0},
+		{label: "donor ties broken by identity even when me is not listed", me: "a", members: []string{"b", "c"},
+			holders: "aabb", mine: []int{0, 1}, takeN: 0, stop: []int{1}},
 		{label: "lost race: stop the shard another holds", me: "a", members: []string{"a", "b"},
 			holders: "ab--", mine: []int{0, 1}, takeN: 1, stop: []int{1}},
 		{label: "more than hi: stop the extras, unheld first", me: "a", members: []string{"a", "b"},
@@ -306,7 +310,9 @@ func TestPlanSimulationConvergesWithoutThrash(t *testing.T) {
 						before := s.moves
 						s.join()
 						s.converge("join")
-						if got := s.moves - before; got > 2*want {
+						// One donor at a time and none while a shard is free:
+						// in this model, a join moves no more than it must.
+						if got := s.moves - before; got > want {
 							t.Errorf("seed %d: a join to %d replicas moved %d shards, the minimum is %d", seed, len(s.alive), got, want)
 						}
 					}
