@@ -279,6 +279,18 @@ func TestGroupChanged(t *testing.T) {
 	if !drain() {
 		t.Error("no signal after b took shard 1")
 	}
+	// b goes, c comes: as many members as before, not the same ones.
+	if err := gh.api.cs.CoordinationV1().Leases(testNS).Delete(context.Background(), memberLease(testName, "b"), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	gh.putLease(memberLease(testName, "c"), "c", 10, t0)
+	gh.step(2 * time.Second)
+	if v := a.g.View(); !slices.Equal(v.Members, []string{"a", "c"}) {
+		t.Fatalf("members %v, want [a c]", v.Members)
+	}
+	if !drain() {
+		t.Error("no signal after b left and c joined")
+	}
 }
 
 func TestGroupLeavesOnlyItsOwnLease(t *testing.T) {
