@@ -300,7 +300,6 @@ func TestShardedWithOneShardIsNew(t *testing.T) {
 		t.Run(fmt.Sprintf("Shards=%d", k), func(t *testing.T) {
 			kube := leaseAPI()
 			lw, uids := configMapLW(t, 10)
-			log := &patchLog{t: t, kube: kube, uids: uids, by: map[string]map[string]int{}}
 			var mu sync.Mutex
 			patched := map[string]bool{}
 			cfg := shardedConfig(kube, "a")
@@ -314,7 +313,6 @@ func TestShardedWithOneShardIsNew(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_ = log
 			stop := runInBackground(t, s)
 			waitShards(t, "the Lease held and every object patched", func() bool {
 				mu.Lock()

@@ -239,7 +239,6 @@ func TestGroupHolders(t *testing.T) {
 	gh.putLease(testName+"-shard-3-of-5", "z", 30, t0)        // another K
 	gh.putLease("other-shard-3-of-4", "z", 30, t0)            // another group
 	a := gh.start("a", 4)
-	_ = g
 	if v := a.g.View(); !slices.Equal(v.Holders, []string{"x", "", "y", ""}) {
 		t.Errorf("holders %q, want [x  y  ]", v.Holders)
 	}
