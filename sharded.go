@@ -110,6 +110,9 @@ func NewSharded[O, S, P any](lw cache.ListerWatcher, comp statuspatch.StatusComp
 	if _, ok := any(zero).(runtime.Object); !ok {
 		return nil, &ConfigError{Field: "O", Reason: fmt.Sprintf("must be the runtime.Object pointer type of the resource, got %T", zero)}
 	}
+	if cfg.Shards < 0 {
+		return nil, &ConfigError{Field: "Shards", Reason: fmt.Sprintf("must be between 0 and %d, got %d", shard.MaxShards, cfg.Shards)}
+	}
 	k := max(cfg.Shards, 1)
 	s := &Sharded[O, S, P]{lw: lw, comp: comp, patcher: patcher, slots: map[int]*slot[O, S, P]{}, leaving: map[int]chan struct{}{}}
 	if k == 1 {
@@ -212,8 +215,12 @@ func (s *Sharded[O, S, P]) Run(ctx context.Context) error {
 	s.log.Info("quietpatch: stopping every shard")
 	s.mu.Lock()
 	all := make([]*slot[O, S, P], 0, len(s.slots))
-	for _, sl := range s.slots {
+	for i, sl := range s.slots {
 		all = append(all, sl)
+		if sl.held || sl.ctrl.Stats().Leading {
+			s.moves[1].Add(1) // given up on purpose: stopping
+		}
+		delete(s.slots, i)
 	}
 	s.mu.Unlock()
 	for _, sl := range all {

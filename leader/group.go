@@ -221,7 +221,7 @@ func (g *Group) list(ctx context.Context) error {
 	now := g.clk.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	before := View{Members: g.members, Holders: slices.Clone(g.holders)}
+	before := View{Members: slices.Clone(g.members), Holders: slices.Clone(g.holders)} // refreshLocked reuses both
 	next := make(map[string]observed, len(g.seen))
 	for i := range list.Items {
 		l := &list.Items[i]

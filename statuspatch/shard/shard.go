@@ -74,8 +74,10 @@ func (r Range) Selector() string {
 func (r Range) String() string { return fmt.Sprintf("shard %d of %d", r.Index, r.Count) }
 
 // Of returns the index of the shard of k that holds uid.
-func Of(uid types.UID, k int) int {
-	h := Hash(uid)
+func Of(uid types.UID, k int) int { return ofHash(Hash(uid), k) }
+
+// ofHash is the index of the shard of k that holds the hash h.
+func ofHash(h uint64, k int) int {
 	// bound is monotone: start from the proportional guess and correct.
 	hi, _ := bits.Mul64(h, uint64(k))
 	i := int(hi)
