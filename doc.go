@@ -190,8 +190,11 @@
 // out). The taker starts an informer on the shard's range, lists and
 // watches it, competes for the Lease once that cache synced, acquires,
 // and makes a full pass over the shard. A replica killed with -9 vacates
-// nothing: its shards are free after one lease duration, then each costs
-// the same list, sync, acquisition and pass.
+// nothing: its shard Leases and its membership Lease run out one lease
+// duration after they last changed (as each survivor observed it; the
+// shard's new claimer counts from the group's observation, not from its
+// own start), then each shard costs the same list, sync, acquisition and
+// pass.
 //
 // The server's sharded list and watch. The informers set
 // metav1.ListOptions.ShardSelector (KEP-5866; the API server's feature
