@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -291,10 +292,10 @@ func (g *group) passes(ctx context.Context, s spread) (map[string]map[int]float6
 		if err != nil {
 			return nil, err
 		}
-		by := ms.ByLabel(examplee2e.MetricReconcileDuration, "pipeline")
+		by := ms.ByLabel(examplee2e.MetricReconcileDuration, "shard") // pipeline httproute-status, shard i
 		out[m.id()] = map[int]float64{}
 		for _, i := range s[m.id()] {
-			out[m.id()][i] = by[fmt.Sprintf("httproute-status-shard-%d", i)]
+			out[m.id()][i] = by[strconv.Itoa(i)]
 		}
 	}
 	return out, nil
