@@ -422,13 +422,17 @@ func (sb *shardBench) tally(evs []auditLine, user string) patchTally {
 // ---- replicas ----
 
 // vmHWM reads a process's peak resident set size (VmHWM), in MiB.
-func vmHWM(pid int) (float64, error) {
+func vmHWM(pid int) (float64, error) { return procStatus(pid, "VmHWM:") }
+
+// procStatus reads a size field of /proc/<pid>/status (VmHWM:, VmRSS:),
+// in MiB.
+func procStatus(pid int, field string) (float64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if rest, ok := strings.CutPrefix(line, field); ok {
 			f := strings.Fields(rest)
 			if len(f) >= 1 {
 				kb, err := strconv.ParseFloat(f[0], 64)
@@ -436,7 +440,7 @@ func vmHWM(pid int) (float64, error) {
 			}
 		}
 	}
-	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
+	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
 }
 
 // deploy runs the example's controller: c.replicas processes with
@@ -546,6 +550,7 @@ type caseResult struct {
 	converge, storm    time.Duration // start of the replicas (or the flip) → last successful status PATCH
 	convTally, stTally patchTally
 	rss                []float64 // peak RSS (VmHWM) of each replica after the convergence and the storm, MiB
+	rssNow             []float64 // their RSS (VmRSS) then
 	objects            []float64 // quietpatch_shard_objects of each replica
 	unfiltered         bool      // a replica reported quietpatch_shard_unfiltered 1
 	failover           *failoverResult
@@ -631,8 +636,22 @@ func (sb *shardBench) runCase(ctx context.Context, tb testing.TB, c shardCase) (
 		res.objects = append(res.objects, objs)
 		res.unfiltered = res.unfiltered || m.Sum(metricShardUnfiltered) > 0
 	}
-	tb.Logf("%s: peak RSS per replica %s MiB; objects cached %s; server-side filtering: %v", c.name(), fmtList(res.rss),
-		fmtList(res.objects), !res.unfiltered)
+	var now, competed []float64
+	for _, r := range d.Live() {
+		v, err := procStatus(r.PID(), "VmRSS:")
+		if err != nil {
+			return res, err
+		}
+		now = append(now, v)
+		b, err := os.ReadFile(r.LogPath)
+		if err != nil {
+			return res, err
+		}
+		competed = append(competed, float64(bytes.Count(b, []byte("competing for shard"))))
+	}
+	res.rssNow = now
+	tb.Logf("%s: peak RSS per replica %s MiB (RSS now %s MiB); objects cached %s; server-side filtering: %v; shards competed for since the start %s",
+		c.name(), fmtList(res.rss), fmtList(now), fmtList(res.objects), !res.unfiltered, fmtList(competed))
 	if c.replicas < 2 {
 		return res, d.Stop()
 	}
@@ -975,6 +994,7 @@ func BenchmarkSharded(b *testing.B) {
 			cacheMiB := rss - base
 			b.ReportMetric(rss, "rss_MiB/replica")
 			b.ReportMetric(meanOf(res.rss), "rss_mean_MiB/replica")
+			b.ReportMetric(maxOf(res.rssNow), "rss_now_MiB/replica")
 			b.ReportMetric(base, "idle_rss_MiB")
 			b.ReportMetric(cacheMiB, "cache_MiB/replica")
 			b.ReportMetric(res.converge.Seconds(), "converge_s")
