@@ -3,9 +3,11 @@ package perf
 import (
 	"cmp"
 	"encoding/csv"
+	"errors"
 	"fmt"
 	"image/color"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -39,6 +41,10 @@ type ShardSample struct {
 	Event string
 }
 
+// shardsLift is how far above its count PlotShards draws replica i's line,
+// times i: replicas often hold the same count, and no line hides another.
+const shardsLift = 0.1
+
 var shardsHeader = []string{"t_s", "replica", "held", "running", "event"}
 
 // WriteShardsCSV writes samples as CSV with a header line:
@@ -64,9 +70,33 @@ func WriteShardsCSV(w io.Writer, samples []ShardSample) error {
 	return cw.Error()
 }
 
+// ReadShardsCSV reads what WriteShardsCSV wrote. It returns an error
+// wrapping ErrBadCSV, with the line number, when a line does not parse.
+func ReadShardsCSV(r io.Reader) ([]ShardSample, error) {
+	return readCSV(r, shardsHeader, func(rec []string) (ShardSample, error) {
+		s := ShardSample{Replica: rec[1], Event: rec[4]}
+		t, err := strconv.ParseFloat(rec[0], 64)
+		if err != nil || t < 0 || math.IsInf(t, 0) || math.IsNaN(t) {
+			return s, fmt.Errorf("t_s %q is not a time in seconds", rec[0])
+		}
+		s.T = time.Duration(math.Round(t*1e3)) * time.Millisecond
+		if s.Held, err = strconv.Atoi(rec[2]); err != nil || s.Held < 0 {
+			return s, fmt.Errorf("held %q is not a count", rec[2])
+		}
+		if s.Running, err = strconv.Atoi(rec[3]); err != nil || s.Running < 0 {
+			return s, fmt.Errorf("running %q is not a count", rec[3])
+		}
+		if (s.Replica == "") == (s.Event == "") {
+			return s, errors.New("a row names either a replica or an event")
+		}
+		return s, nil
+	})
+}
+
 // PlotShards draws the shards each replica held over time, one step line
-// per replica (a killed replica's line ends at its last scrape), with a
-// marker at each event, and saves the figure to path in the format of its
+// per replica (a killed replica's line ends at its last scrape; lines
+// lifted a little each so that equal counts stay visible), with a marker at
+// each event, and saves the figure to path in the format of its
 // extension.
 func PlotShards(samples []ShardSample, shards int, path string) error {
 	by := map[string]plotter.XYs{}
@@ -93,12 +123,17 @@ func PlotShards(samples []ShardSample, shards int, path string) error {
 	}
 	slices.Sort(order)
 	p := newPlot(fmt.Sprintf("shards held per replica (K = %d): a kill -9, then a join", shards), "shards held (quietpatch_shard_held)")
-	p.X.Label.Text = "time (s)"
+	p.X.Label.Text = fmt.Sprintf("time (s); replica i's line is drawn %.2f × i above its count", shardsLift)
+	p.X.Min = 0
 	green := color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}
 	purple := color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff}
 	colors := []color.Color{blue, orange, red, green, purple}
 	for i, id := range order {
-		l, err := plotter.NewLine(by[id])
+		xys := slices.Clone(by[id])
+		for j := range xys {
+			xys[j].Y += shardsLift * float64(i)
+		}
+		l, err := plotter.NewLine(xys)
 		if err != nil {
 			return fmt.Errorf("perf: plotting %s: %w", id, err)
 		}
