@@ -306,8 +306,9 @@ func (t *tracker) left() int {
 	return len(t.wrong)
 }
 
-// wait waits for done, reporting progress every minute.
-func (t *tracker) wait(ctx context.Context, tb testing.TB, what string, done <-chan struct{}) error {
+// wait waits for done, reporting progress every minute on standard error
+// (a benchmark's log keeps only its first lines).
+func (t *tracker) wait(ctx context.Context, _ testing.TB, what string, done <-chan struct{}) error {
 	tick := time.NewTicker(time.Minute)
 	defer tick.Stop()
 	for {
@@ -315,7 +316,7 @@ func (t *tracker) wait(ctx context.Context, tb testing.TB, what string, done <-c
 		case <-done:
 			return nil
 		case <-tick.C:
-			tb.Logf("%s: %d routes not converged yet", what, t.left())
+			fmt.Fprintf(os.Stderr, "%s %s: %d routes not converged yet\n", time.Now().Format(time.TimeOnly), what, t.left())
 		case <-ctx.Done():
 			return fmt.Errorf("%s: %w with %d routes not converged", what, ctx.Err(), t.left())
 		}
