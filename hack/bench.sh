@@ -9,6 +9,11 @@
 # BENCH='Adaptive|Storm|Politeness' or BENCH=FreshChange. QP_PLOTS_DIR is where the stalled-API
 # and storm benchmarks write their samples and plots: default .cache/plots;
 # QP_PLOTS_DIR=docs refreshes the ones docs/performance.md shows.
+# BenchmarkSharded (BENCH=Sharded) runs the example's binary as processes
+# on a control plane of its own (ShardedListAndWatch on) over
+# QP_PERF_SHARD_ROUTES routes, 5,000 by default (about 5 minutes); the
+# large run: QP_PERF_SHARD_ROUTES=50000 BENCH=Sharded MICRO=0 make bench
+# (about 40 minutes); QP_PERF_SHARD_PLOT=docs writes docs/shards-held.*.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .cache

@@ -38,6 +38,12 @@
 //	                                      storm-s, routes/s, 409-share the storm's duration and rate, the share of its patch calls answered 409
 //	Politeness/alone, /adaptive,          p99-ms, p50-ms, max-ms       another client's request latency alone, and during a storm
 //	/fixed-64                             routes/s                     (adaptive, or 64 in flight)
+//	Sharded/plain-16, /plain-64           routes/s                     the plain client's storm on BenchmarkSharded's own control plane (the floor)
+//	Sharded/r1-k1, /r1-k8, /r4-k8         rss_MiB/replica, idle_rss_MiB, the example's binary as R processes with --shards K: peak RSS (VmHWM) per replica,
+//	                                      cache_MiB/replica, rss_ratio,  without the idle baseline, ratios to r1-k1 (cache_ratio_xR: × R, goal ≤ 1.2);
+//	                                      cache_ratio, cache_ratio_xR,   start → first convergence, storm (routes/s, over the best plain-N);
+//	                                      converge_s, storm_s, routes/s, R > 1: kill -9 → its shards' first writes and Leases
+//	                                      storm/plain, failover_s, lease_s
 //
 // Each benchmark's documentation says exactly what it does. With the
 // defaults below the first five take about ten minutes together on two cores
@@ -52,7 +58,14 @@
 // a 429's Retry-After window. TestFreshChangeSmoke runs BenchmarkFreshChange's
 // scenario on a control plane of its own with 200 routes, so that make test
 // catches its breakage: every change must reach its correct status (no
-// latency is asserted).
+// latency is asserted). TestShardedSmoke runs BenchmarkSharded's
+// multi-replica case (300 routes, 2 replicas, 4 shards, a 5 s Lease: first
+// convergence, storm, kill -9, join) on a control plane of its own, in
+// about 50 s.
+//
+// BenchmarkSharded does not use the shared control plane: it starts its own
+// with the feature gate ShardedListAndWatch on, and runs the HTTPRoute
+// example's binary as processes (package examplee2e).
 //
 // # Sizes
 //
@@ -83,6 +96,10 @@
 //	QP_PERF_COMPETITOR_RATE   20       its requests per second, all goroutines together
 //	QP_PERF_ALONE             45s      how long it is measured alone (slices before, between and after the storms)
 //	QP_PERF_POLITENESS_MODES  adaptive,fixed-64  the storms it is measured during
+//	QP_PERF_SHARD_ROUTES      5000     routes of BenchmarkSharded (50000 for the large run)
+//	QP_PERF_SHARD_K           8        its K; QP_PERF_SHARD_R (4) its R of the multi-replica case
+//	QP_PERF_SHARD_PLAIN       16,64    its plain client's concurrencies (the floor: the best)
+//	QP_PERF_SHARD_PLOT        (unset)  where it writes shards-held.csv and .svg; default QP_PLOTS_DIR, else $TMPDIR/quietpatch-perf
 //	QP_PLOTS_DIR              (unset)  where BenchmarkStalledMemory and BenchmarkStorm write their CSV and plots; default $TMPDIR/quietpatch-perf
 //
 // The control plane's binaries come from `make bins` (see package cluster).

@@ -59,6 +59,15 @@ var ratios = []ratio{
 	{"fresh change during a storm: p95, edit to correct status", "BenchmarkFreshChange", "", "fresh-p95-s", "≤ 1"},
 	{"politeness: competitor's p99 during an adaptive storm / alone", "BenchmarkPoliteness/adaptive", "BenchmarkPoliteness/alone", "p99-ms", "≤ 2"},
 	{"politeness: competitor's p99 during a fixed-64 storm / alone", "BenchmarkPoliteness/fixed-64", "BenchmarkPoliteness/alone", "p99-ms", ""},
+	{"sharded, R=4 K=8: route cache per replica × R / R=1 K=1's", "BenchmarkSharded/r4-k8", "", "cache_ratio_xR", "≤ 1.2"},
+	{"sharded, R=4 K=8: peak RSS per replica / R=1 K=1's", "BenchmarkSharded/r4-k8", "", "rss_ratio", ""},
+	{"sharded, R=1 K=8: route cache / R=1 K=1's", "BenchmarkSharded/r1-k8", "", "cache_ratio", ""},
+	{"sharded storm, R=1 K=1 (unsharded) / plain client at its best", "BenchmarkSharded/r1-k1", "BenchmarkSharded/plain-*", "routes/s", ""},
+	{"sharded storm, R=1 K=8 / plain client at its best", "BenchmarkSharded/r1-k8", "BenchmarkSharded/plain-*", "routes/s", ""},
+	{"sharded storm, R=4 K=8 / plain client at its best", "BenchmarkSharded/r4-k8", "BenchmarkSharded/plain-*", "routes/s", ""},
+	{"sharded first convergence, R=4 K=8 / R=1 K=1 (time)", "BenchmarkSharded/r4-k8", "BenchmarkSharded/r1-k1", "converge_s", ""},
+	{"sharded, R=4 K=8: kill -9 to its shards' first writes", "BenchmarkSharded/r4-k8", "", "failover_s", ""},
+	{"sharded, R=4 K=8: kill -9 to its shards' Leases acquired", "BenchmarkSharded/r4-k8", "", "lease_s", ""},
 }
 
 var lineRE = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+(.*)$`)

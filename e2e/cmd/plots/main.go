@@ -5,13 +5,15 @@
 //
 // Usage (from the e2e module):
 //
-//	go run ./cmd/plots [-in ../docs/stall-memory.csv] [-storm-in ../docs/storm-dispatch.csv] [-out ../docs] [-format svg]
+//	go run ./cmd/plots [-in ../docs/stall-memory.csv] [-storm-in ../docs/storm-dispatch.csv]
+//	    [-shards-in ../docs/shards-held.csv -shards 8] [-out ../docs] [-format svg]
 //
 // It writes stall-depth.<format> (the quietpatch queue's depth and its
 // Peak-EWMA over time) and stall-heap.<format> (the live heap of both
 // variants over time) from -in, and storm-dispatch.<format> (the in-flight
 // limit, the latency estimate and the queue over a storm) from -storm-in,
-// into -out; an input set to "" is skipped. -format is svg (the default)
+// and shards-held.<format> (the shards each replica held over a kill -9
+// and a join, BenchmarkSharded; K is -shards) from -shards-in, into -out; an input set to "" is skipped. -format is svg (the default)
 // or any format gonum.org/v1/plot saves: png, pdf, eps, jpg, tif.
 package main
 
@@ -37,6 +39,8 @@ func run(args []string) error {
 	fs := flag.NewFlagSet("plots", flag.ContinueOnError)
 	in := fs.String("in", filepath.Join("..", "docs", perf.CSVFile), "samples CSV written by BenchmarkStalledMemory (\"\": skip)")
 	stormIn := fs.String("storm-in", filepath.Join("..", "docs", perf.StormCSVFile), "samples CSV written by BenchmarkStorm (\"\": skip)")
+	shardsIn := fs.String("shards-in", filepath.Join("..", "docs", perf.ShardsCSVFile), "samples CSV written by BenchmarkSharded (\"\": skip)")
+	shards := fs.Int("shards", 8, "K of the samples of -shards-in")
 	out := fs.String("out", filepath.Join("..", "docs"), "directory to write the plots into")
 	format := fs.String("format", "svg", "image format: svg, png, pdf, eps, jpg or tif")
 	if err := fs.Parse(args); err != nil {
@@ -92,6 +96,23 @@ func run(args []string) error {
 		}
 		path := outPath(perf.StormPlotFile)
 		if err := perf.PlotStorm(samples, path); err != nil {
+			errs = append(errs, err)
+		} else {
+			fmt.Println(path)
+		}
+	}
+	if *shardsIn != "" {
+		f, err := os.Open(*shardsIn)
+		if err != nil {
+			return err
+		}
+		samples, err := perf.ReadShardsCSV(f)
+		f.Close()
+		if err != nil {
+			return err
+		}
+		path := outPath(perf.ShardsPlotFile)
+		if err := perf.PlotShards(samples, *shards, path); err != nil {
 			errs = append(errs, err)
 		} else {
 			fmt.Println(path)
