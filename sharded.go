@@ -175,7 +175,9 @@ func (s *Sharded[O, S, P]) informer(lw cache.ListerWatcher) cache.SharedIndexInf
 // failure. A second call returns [ErrAlreadyStarted].
 //
 // It waits for the dependencies' caches (at most SyncTimeout), joins the
-// group, and every RetryPeriod (or when the group's view changes) applies
+// group, and — once the group has listed the Leases twice, so that
+// replicas started together see each other before any takes a shard —
+// every RetryPeriod (or when the group's view changes) applies
 // [leader.Plan]: starts a shard's informer and pipeline — which competes
 // for the shard's Lease only once that informer synced — and stops those
 // to give up. The informers are its own: it stops them after their
@@ -246,8 +248,12 @@ func (s *Sharded[O, S, P]) coordinate(ctx context.Context, groupDone chan error)
 		period = leader.DefaultRetryPeriod
 	}
 	for {
-		if err := s.step(ctx); err != nil {
-			return err
+		// Plan once the group listed twice: one RetryPeriod for the
+		// replicas started with this one to show up.
+		if s.group.Lists() >= 2 {
+			if err := s.step(ctx); err != nil {
+				return err
+			}
 		}
 		select {
 		case <-ctx.Done():

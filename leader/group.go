@@ -40,7 +40,7 @@ type Group struct {
 	seen    map[string]observed // by Lease name
 	members []string
 	holders []string
-	listed  bool
+	lists   int // successful lists
 	err     error // last list or renewal failure, nil once one succeeds
 	changed chan struct{}
 }
@@ -132,6 +132,16 @@ func (g *Group) Seen(name, rv string) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return o.at, true
+}
+
+// Lists returns how many lists of the Leases have succeeded. A replica
+// that plans only after two has seen every replica that started within a
+// RetryPeriod of it (each creates its membership Lease before its first
+// list), so replicas started together do not all take every shard first.
+func (g *Group) Lists() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.lists
 }
 
 // Changed receives a value after a list changed the view.
@@ -235,7 +245,8 @@ func (g *Group) list(ctx context.Context) error {
 		o.holder, o.dur = holderOf(l), durationOf(l)
 		next[l.Name] = o
 	}
-	g.seen, g.listed = next, true
+	g.seen = next
+	g.lists++
 	g.refreshLocked(now)
 	if !slices.Equal(before.Members, g.members) || !slices.Equal(before.Holders, g.holders) {
 		select {
