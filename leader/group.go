@@ -40,7 +40,7 @@ type Group struct {
 	seen    map[string]observed // by Lease name
 	members []string
 	holders []string
-	lists   int // successful lists
+	lists   int   // successful lists
 	err     error // last list or renewal failure, nil once one succeeds
 	changed chan struct{}
 }
