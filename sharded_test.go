@@ -386,3 +386,38 @@ func checkField(t *testing.T, err error, field string) {
 		t.Errorf("err %v names %s, want %s", err, ce.Field, field)
 	}
 }
+
+// Replicas started together see each other before either takes a shard:
+// neither ever runs more than its share (the plan waits for the group's
+// second list of the Leases).
+func TestShardedReplicasStartedTogetherTakeOnlyTheirShare(t *testing.T) {
+	kube := leaseAPI()
+	lw, _ := configMapLW(t, 8)
+	log := &patchLog{t: t, kube: kube, by: map[string]map[string]int{}}
+	var reps []*quietpatch.Sharded[*corev1.ConfigMap, string, string]
+	for _, id := range []string{"a", "b"} {
+		s, err := quietpatch.NewSharded(lw, configMapComputer, log.patcher(id), shardedConfig(kube, id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		reps = append(reps, s)
+	}
+	for _, s := range reps {
+		runInBackground(t, s)
+	}
+	most := map[int]int{}
+	waitShards(t, "each replica holding 2 shards", func() bool {
+		done := true
+		for i, s := range reps {
+			st := s.Stats()
+			most[i] = max(most[i], len(st.Running))
+			done = done && len(st.Held) == 2
+		}
+		return done
+	})
+	for i, n := range most {
+		if n > 2 {
+			t.Errorf("replica %d ran %d shards at once, more than its share of 2", i, n)
+		}
+	}
+}
