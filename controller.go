@@ -116,7 +116,7 @@ type Controller[O, S, P any] struct {
 	queue      *statuspatch.PatchQueue[types.NamespacedName]
 	reconciler *statuspatch.Reconciler[O, S, P]
 	dispatcher *statuspatch.Dispatcher[O, S, P]
-	synced     []func() bool
+	synced     []cache.InformerSynced
 
 	started  atomic.Bool
 	ready    atomic.Bool // synced, parts running
@@ -362,21 +362,23 @@ func (c *Controller[O, S, P]) Run(ctx context.Context) error {
 // waitSynced waits for the Source's cache, if it can tell, and the
 // dependencies'.
 func (c *Controller[O, S, P]) waitSynced(ctx context.Context) error {
-	if len(c.synced) == 0 {
+	return waitSynced(ctx, c.log, c.cfg.SyncTimeout, c.synced, "is the resource served, and may we list and watch it?")
+}
+
+// waitSynced waits at most timeout for every cache of synced; nil as well
+// when ctx ended first (nothing to report), else an ErrNotSynced with hint.
+func waitSynced(ctx context.Context, log *slog.Logger, timeout time.Duration, synced []cache.InformerSynced, hint string) error {
+	if len(synced) == 0 {
 		return nil
 	}
-	sctx, cancel := context.WithTimeout(ctx, c.cfg.SyncTimeout)
+	sctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	c.log.Info("quietpatch: waiting for the caches to sync", slog.Int("caches", len(c.synced)), slog.Duration("timeout", c.cfg.SyncTimeout))
-	checks := make([]cache.InformerSynced, len(c.synced))
-	for i, f := range c.synced {
-		checks[i] = f
-	}
-	if !cache.WaitForCacheSync(sctx.Done(), checks...) {
+	log.Info("quietpatch: waiting for the caches to sync", slog.Int("caches", len(synced)), slog.Duration("timeout", timeout))
+	if !cache.WaitForCacheSync(sctx.Done(), synced...) {
 		if ctx.Err() != nil {
 			return nil // stopped before the sync: nothing to report
 		}
-		return fmt.Errorf("%w within %s (SyncTimeout): is the resource served, and may we list and watch it?", ErrNotSynced, c.cfg.SyncTimeout)
+		return fmt.Errorf("%w within %s (SyncTimeout): %s", ErrNotSynced, timeout, hint)
 	}
 	return nil
 }

@@ -194,16 +194,8 @@ func (s *Sharded[O, S, P]) Run(ctx context.Context) error {
 		wg.Go(func() { s.inf1.RunWithContext(ictx) })
 		return s.single.Run(ctx)
 	}
-	if len(s.synced) > 0 {
-		sctx, cancel := context.WithTimeout(ctx, s.cfg.SyncTimeout)
-		ok := cache.WaitForCacheSync(sctx.Done(), s.synced...)
-		cancel()
-		if !ok {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("%w within %s (SyncTimeout): the dependencies' caches", ErrNotSynced, s.cfg.SyncTimeout)
-		}
+	if err := waitSynced(ctx, s.log, s.cfg.SyncTimeout, s.synced, "the dependencies' caches"); err != nil || ctx.Err() != nil {
+		return err
 	}
 	s.log.Info("quietpatch: joining the shard group", slog.Int("shards", len(s.ranges)), slog.String("identity", s.group.Identity()))
 	gctx, stopGroup := context.WithCancel(context.WithoutCancel(ctx))
