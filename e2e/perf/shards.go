@@ -8,8 +8,6 @@ import (
 	"image/color"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"time"
@@ -163,24 +161,7 @@ func WriteShards(dir string, samples []ShardSample, shards int) ([]string, error
 	if len(samples) == 0 {
 		return nil, ErrNoSamples
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("perf: %w", err)
-	}
-	csvPath := filepath.Join(dir, ShardsCSVFile)
-	f, err := os.Create(csvPath)
-	if err != nil {
-		return nil, fmt.Errorf("perf: %w", err)
-	}
-	if err := WriteShardsCSV(f, samples); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("perf: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return nil, fmt.Errorf("perf: %w", err)
-	}
-	plotPath := filepath.Join(dir, ShardsPlotFile)
-	if err := PlotShards(samples, shards, plotPath); err != nil {
-		return []string{csvPath}, err
-	}
-	return []string{csvPath, plotPath}, nil
+	return writeCSVAndPlot(dir, ShardsCSVFile, ShardsPlotFile,
+		func(w io.Writer) error { return WriteShardsCSV(w, samples) },
+		func(path string) error { return PlotShards(samples, shards, path) })
 }

@@ -1,6 +1,7 @@
 package perf
 
 import (
+	"bytes"
 	"encoding/csv"
 	"fmt"
 	"image/color"
@@ -202,23 +203,27 @@ func WriteStorm(dir string, samples []StormSample) ([]string, error) {
 	if len(samples) == 0 {
 		return nil, ErrNoSamples
 	}
+	return writeCSVAndPlot(dir, StormCSVFile, StormPlotFile,
+		func(w io.Writer) error { return WriteStormCSV(w, samples) },
+		func(path string) error { return PlotStorm(samples, path) })
+}
+
+// writeCSVAndPlot writes dir/csvFile with writeCSV and dir/plotFile with
+// draw, creating dir if needed, and returns the paths written.
+func writeCSVAndPlot(dir, csvFile, plotFile string, writeCSV func(io.Writer) error, draw func(path string) error) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("perf: %w", err)
 	}
-	csvPath := filepath.Join(dir, StormCSVFile)
-	f, err := os.Create(csvPath)
-	if err != nil {
+	var buf bytes.Buffer
+	if err := writeCSV(&buf); err != nil {
 		return nil, fmt.Errorf("perf: %w", err)
 	}
-	if err := WriteStormCSV(f, samples); err != nil {
-		f.Close()
+	csvPath := filepath.Join(dir, csvFile)
+	if err := os.WriteFile(csvPath, buf.Bytes(), 0o644); err != nil {
 		return nil, fmt.Errorf("perf: %w", err)
 	}
-	if err := f.Close(); err != nil {
-		return nil, fmt.Errorf("perf: %w", err)
-	}
-	plotPath := filepath.Join(dir, StormPlotFile)
-	if err := PlotStorm(samples, plotPath); err != nil {
+	plotPath := filepath.Join(dir, plotFile)
+	if err := draw(plotPath); err != nil {
 		return []string{csvPath}, err
 	}
 	return []string{csvPath, plotPath}, nil
