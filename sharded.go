@@ -56,15 +56,15 @@ type Sharded[O, S, P any] struct {
 
 // slot is one shard this replica runs: its cache and its pipeline.
 type slot[O, S, P any] struct {
-	r      shard.Range
-	inf    cache.SharedIndexInformer
-	ctrl   *Controller[O, S, P]
-	cancel context.CancelFunc
-	done   chan struct{}
-	err    error // Run's, once done is closed
-	meter  *trackedMeter
-	held   bool // leading, as last seen by the coordinator
-	since  time.Time
+	r       shard.Range
+	objects *atomic.Int64 // in inf's cache, counted by a handler: no list per scrape
+	ctrl    *Controller[O, S, P]
+	cancel  context.CancelFunc
+	done    chan struct{}
+	err     error // Run's, once done is closed
+	meter   *trackedMeter
+	held    bool // leading, as last seen by the coordinator
+	since   time.Time
 }
 
 // ShardedStats is a snapshot of a [Sharded]'s state.
@@ -366,8 +366,15 @@ func (s *Sharded[O, S, P]) startLocked(ctx context.Context, i int) error {
 	if err != nil {
 		return fmt.Errorf("quietpatch: building %s: %w", r, err)
 	}
+	objects := new(atomic.Int64)
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { objects.Add(1) },
+		DeleteFunc: func(any) { objects.Add(-1) },
+	}); err != nil {
+		return fmt.Errorf("quietpatch: counting the objects of %s: %w", r, err)
+	}
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	sl := &slot[O, S, P]{r: r, inf: inf, ctrl: ctrl, cancel: cancel, done: make(chan struct{}), meter: tm, since: s.cfg.Clock.Now()}
+	sl := &slot[O, S, P]{r: r, objects: objects, ctrl: ctrl, cancel: cancel, done: make(chan struct{}), meter: tm, since: s.cfg.Clock.Now()}
 	s.slots[i] = sl
 	s.log.Info("quietpatch: competing for shard", slog.Int("shard", i), slog.String("lease", cfg.Lease.Name), slog.String("selector", r.Selector()))
 	ictx, stopInf := context.WithCancel(context.WithoutCancel(ctx))
@@ -504,7 +511,7 @@ func (s *Sharded[O, S, P]) Stats() ShardedStats {
 	} else {
 		s.mu.Lock()
 		for _, sl := range s.slots {
-			st.Objects += int64(len(sl.inf.GetStore().ListKeys()))
+			st.Objects += sl.objects.Load()
 		}
 		s.mu.Unlock()
 	}

@@ -237,6 +237,13 @@ func TestShardedReplicasSplitTheShards(t *testing.T) {
 		t.Errorf("a's stats: %d shards, members %v", sa.Shards, sa.Members)
 	}
 	for id, st := range map[string]quietpatch.ShardedStats{"a": sa, "b": sb} {
+		want := 0
+		for _, i := range st.Running {
+			want += per[i]
+		}
+		if st.Objects != int64(want) {
+			t.Errorf("%s caches %d objects, its shards %v have %d", id, st.Objects, st.Running, want)
+		}
 		if st.Acquired < 2 {
 			t.Errorf("%s acquired %d shards, holds %v", id, st.Acquired, st.Held)
 		}
