@@ -252,7 +252,8 @@
 //	quietpatch.reconcile.objects           counter    {object}      pipeline, result: unchanged changed error             quietpatch_reconcile_objects_total
 //	quietpatch.reconcile.halted            counter    {pass}        pipeline                                              quietpatch_reconcile_halted_total
 //	quietpatch.dispatch.patches            counter    {patch}       pipeline, outcome: ok conflict not_found forbidden    quietpatch_dispatch_patches_total
-//	                                                                unauthorized invalid throttled timeout canceled error
+//	                                                                fenced unauthorized invalid throttled abandoned
+//	                                                                timeout canceled error
 //	quietpatch.dispatch.duration           histogram  s             pipeline, outcome (as patches)                        quietpatch_dispatch_duration_seconds
 //	quietpatch.dispatch.dropped            counter    {key}         pipeline, reason: unchanged deleted error not_leader  quietpatch_dispatch_dropped_total
 //	                                                                stale_epoch claim_ending released shutdown

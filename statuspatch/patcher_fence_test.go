@@ -1,0 +1,264 @@
+package statuspatch
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quietpatch/quietpatch/leader"
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
+)
+
+// fenceDenial is what the API server answers when the fence's
+// ValidatingAdmissionPolicy denies a write.
+const fenceDenial = `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","code":403,` +
+	`"message":"httproutes.gateway.networking.k8s.io \"r1\" is forbidden: ValidatingAdmissionPolicy 'quietpatch-fence' with binding 'quietpatch-fence' denied request: ` +
+	outcome.FenceMessage + ` the Lease ns/l is held by b, not a"}`
+
+func TestServerTimeout(t *testing.T) {
+	background := context.Background()
+	done, cancel := context.WithCancel(background)
+	cancel()
+	cases := []struct {
+		name     string
+		ctx      func() (context.Context, context.CancelFunc)
+		lo, hi   time.Duration // the timeout is in [lo, hi]
+		wantSend bool
+	}{
+		{"no deadline", func() (context.Context, context.CancelFunc) { return background, func() {} }, 0, 0, true},
+		{"done", func() (context.Context, context.CancelFunc) { return done, func() {} }, 0, 0, false},
+		{"5s left: less the margin", func() (context.Context, context.CancelFunc) { return context.WithTimeout(background, 5*time.Second) },
+			4 * time.Second, 5*time.Second - ServerTimeoutMargin, true},
+		{"500ms left: less a tenth", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(background, 500*time.Millisecond)
+		}, 300 * time.Millisecond, 450 * time.Millisecond, true},
+		{"less than a millisecond", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(background, 900*time.Microsecond)
+		}, 0, 0, false},
+		{"deadline passed", func() (context.Context, context.CancelFunc) { return context.WithTimeout(background, -time.Second) }, 0, 0, false},
+	}
+	for _, c := range cases {
+		ctx, cancel := c.ctx()
+		d, ok := ServerTimeout(ctx)
+		cancel()
+		if ok != c.wantSend || d < c.lo || d > c.hi || d%time.Millisecond != 0 {
+			t.Errorf("%s: ServerTimeout = %v, %v; want %v in [%v, %v], whole milliseconds", c.name, d, ok, c.wantSend, c.lo, c.hi)
+		}
+		if !ok && d != 0 {
+			t.Errorf("%s: a timeout %v with ok false", c.name, d)
+		}
+	}
+}
+
+// A call whose context leaves no time is not sent at all: a timeout of 0
+// would be the server's default of 60 s.
+func TestStatusPatcherSendsNothingWithoutTime(t *testing.T) {
+	api := newFakeAPIServer(t)
+	p, err := NewStatusPatcher(api.client, routesGVR(), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Microsecond)
+	defer cancel()
+	err = p.Patch(ctx, MergePatch{Namespace: "ns", Name: "r1", ResourceVersion: "1", Status: json.RawMessage(`{}`)})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("err = %v, want one wrapping context.DeadlineExceeded", err)
+	}
+	if n := len(api.requests()); n != 0 {
+		t.Errorf("%d requests sent with no time left", n)
+	}
+}
+
+func TestFencedFieldManager(t *testing.T) {
+	w := WriteClaim{Identity: "pod-a_0123abcd", LeaseNamespace: "ns", LeaseName: "status-shard-3-of-8", Epoch: 4}
+	fm, err := FencedFieldManager("example.com/status", w)
+	if err != nil || fm != "example.com/status@status-shard-3-of-8@pod-a_0123abcd" {
+		t.Errorf("FencedFieldManager = %q, %v", fm, err)
+	}
+	long := w
+	long.Identity = strings.Repeat("i", MaxFieldManager)
+	noLease := w
+	noLease.LeaseName = ""
+	for _, c := range []struct {
+		name, base string
+		w          WriteClaim
+		field      string
+	}{
+		{"too long", "example.com/status", long, "fieldManager"},
+		{"@ in the base", "a@b", w, "fieldManager"},
+		{"no Lease", "example.com/status", noLease, "Observer"},
+	} {
+		_, err := FencedFieldManager(c.base, c.w)
+		var ce *leader.ConfigError
+		if !errors.As(err, &ce) || ce.Field != c.field {
+			t.Errorf("%s: err = %v, want a ConfigError naming %s", c.name, err, c.field)
+		}
+	}
+	// At exactly MaxFieldManager characters it fits.
+	fit := w
+	fit.Identity = strings.Repeat("i", MaxFieldManager-len("b@status-shard-3-of-8@"))
+	if fm, err := FencedFieldManager("b", fit); err != nil || len(fm) != MaxFieldManager {
+		t.Errorf("%d characters: %v", len(fm), err)
+	}
+}
+
+func TestCheckFieldManager(t *testing.T) {
+	api := newFakeAPIServer(t)
+	p, err := NewStatusPatcher(api.client, routesGVR(), "base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fenced, err := p.WithFence(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := WriteClaim{Identity: strings.Repeat("i", MaxFieldManager), LeaseNamespace: "ns", LeaseName: "l"}
+	if err := CheckFieldManager(p, long); err != nil {
+		t.Errorf("unfenced: %v", err)
+	}
+	if err := CheckFieldManager(fenced, long); !errors.Is(err, leader.ErrInvalidConfig) {
+		t.Errorf("fenced, too long: %v, want a ConfigError", err)
+	}
+	if err := CheckFieldManager(PatcherFunc[MergePatch](func(context.Context, MergePatch) error { return nil }), long); err != nil {
+		t.Errorf("a Patcher without FieldManagerFor: %v", err)
+	}
+	withAt, err := NewStatusPatcher(api.client, routesGVR(), "a@b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := withAt.WithFence(nil); !errors.Is(err, leader.ErrInvalidConfig) {
+		t.Errorf("WithFence of a field manager with @: %v", err)
+	}
+}
+
+// fencedCall makes a fenced write of r1 under lease by identity "pod-a".
+func fencedCall(t *testing.T, p *DynamicStatusPatcher, lease string) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ctx = WithWriteClaim(ctx, WriteClaim{Identity: "pod-a", LeaseNamespace: "ns", LeaseName: lease, Epoch: 7})
+	return p.Patch(ctx, MergePatch{Namespace: "ns", Name: "r1", ResourceVersion: "1", Status: json.RawMessage(`{"a":1}`)})
+}
+
+func TestFencedStatusPatcher(t *testing.T) {
+	newFenced := func(t *testing.T, api *fakeAPIServer) (*DynamicStatusPatcher, *bytes.Buffer) {
+		t.Helper()
+		p, err := NewStatusPatcher(api.client, routesGVR(), "example.com/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var logs bytes.Buffer
+		fenced, err := p.WithFence(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fenced, &logs
+	}
+	t.Run("the field manager names the writer; one dry-run check per Lease, denied: no warning", func(t *testing.T) {
+		api := newFakeAPIServer(t)
+		api.respond(http.StatusOK, okRoute)
+		api.respondToDryRun(http.StatusForbidden, fenceDenial)
+		p, logs := newFenced(t, api)
+		for range 3 {
+			if err := fencedCall(t, p, "l-shard-0-of-2"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := fencedCall(t, p, "l-shard-1-of-2"); err != nil {
+			t.Fatal(err)
+		}
+		var writes, checks []capturedRequest
+		for _, r := range api.requests() {
+			if r.DryRun != "" {
+				checks = append(checks, r)
+			} else {
+				writes = append(writes, r)
+			}
+		}
+		if len(writes) != 4 || writes[0].FieldManager != "example.com/status@l-shard-0-of-2@pod-a" || writes[3].FieldManager != "example.com/status@l-shard-1-of-2@pod-a" {
+			t.Errorf("writes %+v", writes)
+		}
+		if len(checks) != 2 {
+			t.Fatalf("%d dry-run checks, want one per Lease: %+v", len(checks), checks)
+		}
+		for i, lease := range []string{"l-shard-0-of-2", "l-shard-1-of-2"} {
+			c := checks[i]
+			if c.DryRun != "All" || string(c.Body) != "{}" || c.Timeout == "" ||
+				!strings.HasPrefix(c.FieldManager, "example.com/status@"+lease+"@") || strings.HasSuffix(c.FieldManager, "@pod-a") {
+				t.Errorf("check %d: %+v, body %s: want a dry-run {} naming another writer under %s", i, c, c.Body, lease)
+			}
+		}
+		if logs.Len() > 0 {
+			t.Errorf("warnings although the fence denied the check:\n%s", logs)
+		}
+	})
+	t.Run("not denied: one warning naming the Lease", func(t *testing.T) {
+		api := newFakeAPIServer(t)
+		api.respond(http.StatusOK, okRoute)
+		p, logs := newFenced(t, api)
+		for _, lease := range []string{"l-shard-0-of-2", "l-shard-0-of-2", "l-shard-1-of-2"} {
+			if err := fencedCall(t, p, lease); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := strings.Count(logs.String(), "level=WARN"); n != 1 || !strings.Contains(logs.String(), "lease=ns/l-shard-0-of-2") ||
+			!strings.Contains(logs.String(), "ValidatingAdmissionPolicy") {
+			t.Errorf("%d warnings, want one naming the Lease and the policy:\n%s", n, logs)
+		}
+	})
+	t.Run("a check without an answer is made again", func(t *testing.T) {
+		api := newFakeAPIServer(t)
+		api.respond(http.StatusOK, okRoute)
+		api.respondToDryRun(http.StatusServiceUnavailable, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"ServiceUnavailable","code":503}`)
+		p, _ := newFenced(t, api)
+		for range 2 {
+			if err := fencedCall(t, p, "l"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		api.respondToDryRun(http.StatusForbidden, fenceDenial)
+		for range 2 {
+			if err := fencedCall(t, p, "l"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		checks := 0
+		for _, r := range api.requests() {
+			if r.DryRun != "" {
+				checks++
+			}
+		}
+		if checks != 3 {
+			t.Errorf("%d checks, want 3: after each of the two unanswered, one answered, then none", checks)
+		}
+	})
+	t.Run("a write the fence denies is fenced, and needs no check", func(t *testing.T) {
+		api := newFakeAPIServer(t)
+		api.respond(http.StatusForbidden, fenceDenial)
+		p, logs := newFenced(t, api)
+		err := fencedCall(t, p, "l")
+		if outcome.Of(err) != outcome.Fenced || !outcome.Answered(err) {
+			t.Errorf("err %v: outcome %s, answered %v; want fenced, answered", err, outcome.Of(err), outcome.Answered(err))
+		}
+		if n := len(api.requests()); n != 1 || logs.Len() > 0 {
+			t.Errorf("%d requests (want 1), logs %s", n, logs)
+		}
+	})
+	t.Run("no WriteClaim: nothing sent", func(t *testing.T) {
+		api := newFakeAPIServer(t)
+		p, _ := newFenced(t, api)
+		err := p.Patch(context.Background(), MergePatch{Namespace: "ns", Name: "r1", ResourceVersion: "1", Status: json.RawMessage(`{}`)})
+		if !errors.Is(err, ErrInvalidPatch) {
+			t.Errorf("err = %v, want ErrInvalidPatch", err)
+		}
+		if n := len(api.requests()); n != 0 {
+			t.Errorf("%d requests", n)
+		}
+	})
+}
