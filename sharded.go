@@ -400,7 +400,9 @@ func (s *Sharded[O, S, P]) startLocked(ctx context.Context, i int) error {
 
 // checkedLeases is the Lease client of the shards' claimers: the group
 // checked it already, and logged what there was to say.
-type checkedLeases struct{ coordinationv1client.LeasesGetter }
+type checkedLeases struct {
+	coordinationv1client.LeasesGetter
+}
 
 // remove finishes a stopped shard: its instruments go.
 func (s *Sharded[O, S, P]) remove(sl *slot[O, S, P], reason string) {
