@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
@@ -65,11 +63,11 @@ type wanted struct {
 // ends.
 func startLibReplica(t *testing.T, cfg libConfig) *libReplica {
 	t.Helper()
-	cs, err := kubernetes.NewForConfig(cfg.Leases)
+	leases, err := leader.NewLeaseClient(cfg.Leases)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := leader.NewClaimer(cs.CoordinationV1(), leader.Config{
+	c, err := leader.NewClaimer(leases, leader.Config{
 		Namespace: cfg.Namespace, Name: cfg.Lease, Identity: cfg.Identity,
 		LeaseDuration: cfg.LeaseDuration, RetryPeriod: cfg.RetryPeriod,
 	})
@@ -79,11 +77,7 @@ func startLibReplica(t *testing.T, cfg libConfig) *libReplica {
 	r := &libReplica{t: t, id: cfg.Identity, claimer: c, done: make(chan struct{}), routes: map[types.NamespacedName]wanted{}}
 	runs := []func(context.Context) error{c.Run}
 	if cfg.Status != nil {
-		dc, err := dynamic.NewForConfig(cfg.Status)
-		if err != nil {
-			t.Fatal(err)
-		}
-		patcher, err := statuspatch.NewDynamicStatusPatcher(dc, routesGVR, "quietpatch-e2e-"+cfg.Identity)
+		patcher, err := statuspatch.NewStatusPatcherForConfig(cfg.Status, routesGVR, "quietpatch-e2e-"+cfg.Identity)
 		if err != nil {
 			t.Fatal(err)
 		}
