@@ -112,7 +112,7 @@
 // land after the claim ended. With the fence (optional,
 // statuspatch.DynamicStatusPatcher.WithFence and the HTTPRoute example's
 // deploy/fence), the field manager of every write names its writer,
-// <fieldManager>@<Lease name>@<identity>, and a ValidatingAdmissionPolicy
+// <Lease namespace>/<Lease name>@<identity>, and a ValidatingAdmissionPolicy
 // whose param is the Lease denies at admission a write whose Lease names
 // another holder or none (outcome fenced: answered, not written).
 //

@@ -14,12 +14,12 @@ import (
 
 // fencedStrings is a Patcher of the sharded tests' payloads that names its
 // writer in its field manager, as a fenced statuspatch.DynamicStatusPatcher.
-type fencedStrings struct{ base string }
+type fencedStrings struct{}
 
 func (fencedStrings) Patch(context.Context, string) error { return nil }
 
-func (f fencedStrings) FieldManagerFor(w statuspatch.WriteClaim) (string, error) {
-	return statuspatch.FencedFieldManager(f.base, w)
+func (fencedStrings) FieldManagerFor(w statuspatch.WriteClaim) (string, error) {
+	return statuspatch.FencedFieldManager(w)
 }
 
 // A Lease client with client-go's rate limiter is refused, naming Leases
@@ -52,12 +52,13 @@ func TestNewShardedRejectsAFieldManagerTooLongForTheLongestShardLease(t *testing
 	lw, _ := configMapLW(t, 1)
 	cfg := shardedConfig(kube, "a")
 	cfg.Shards = 12
-	// base@lease-shard-11-of-12@a: fits with shard 1's name, one
+	// ns/lease-shard-11-of-12@<identity>: fits with shard 1's name, one
 	// character too many with shard 11's.
-	base := strings.Repeat("b", statuspatch.MaxFieldManager-len("@lease-shard-11-of-12@a")+1)
-	_, err := quietpatch.NewSharded(lw, configMapComputer, fencedStrings{base: base}, cfg)
-	checkField(t, err, "fieldManager")
-	if _, err := quietpatch.NewSharded(lw, configMapComputer, fencedStrings{base: base[1:]}, cfg); err != nil {
+	cfg.Lease.Identity = strings.Repeat("i", statuspatch.MaxFieldManager-len("ns/lease-shard-11-of-12@")+1)
+	_, err := quietpatch.NewSharded(lw, configMapComputer, fencedStrings{}, cfg)
+	checkField(t, err, "Lease")
+	cfg.Lease.Identity = cfg.Lease.Identity[1:]
+	if _, err := quietpatch.NewSharded(lw, configMapComputer, fencedStrings{}, cfg); err != nil {
 		t.Errorf("a field manager that fits: %v", err)
 	}
 }

@@ -41,7 +41,7 @@ func (p *namingPatcher) Patch(ctx context.Context, _ tPayload) error {
 }
 
 func (p *namingPatcher) FieldManagerFor(w WriteClaim) (string, error) {
-	return FencedFieldManager("base", w)
+	return FencedFieldManager(w)
 }
 
 // Every call's context says who writes: the identity, the Lease the

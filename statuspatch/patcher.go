@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
-	"strings"
 	"sync"
 	"time"
 
@@ -47,7 +46,7 @@ var ErrInvalidPatch = errors.New("statuspatch: invalid patch")
 //     fenced, throttling and abandoned calls apart, and a 429's
 //     Retry-After reaches the dispatcher;
 //   - to be fenced by the API server, name the writer in the field
-//     manager: [FencedFieldManager](base, claim).
+//     manager: [FencedFieldManager](claim).
 //
 // Patch may be called from several goroutines at once, never twice at once
 // for the same key.
@@ -198,23 +197,24 @@ func WriteClaimFrom(ctx context.Context) (WriteClaim, bool) {
 }
 
 // FencedFieldManager returns the field manager of a write made by w under
-// the fence: base@<w.LeaseName>@<w.Identity>. A ValidatingAdmissionPolicy
-// whose param is the Lease splits it at the first two "@" and denies the
-// write when the Lease's spec.holderIdentity is not the rest (the
-// HTTPRoute example's deploy/fence). It fails, naming what to shorten,
-// when the result exceeds [MaxFieldManager] characters, and when base
-// contains "@" or w names no Lease or identity.
-func FencedFieldManager(base string, w WriteClaim) (string, error) {
-	switch {
-	case base == "" || strings.Contains(base, "@"):
-		return "", &leader.ConfigError{Field: "fieldManager", Reason: fmt.Sprintf("must be non-empty and without \"@\" to be fenced, got %q", base)}
-	case w.LeaseName == "" || w.Identity == "":
-		return "", &leader.ConfigError{Field: "Observer", Reason: "must tell the Lease and identity of the writer to fence its writes (leader.Claimer does)"}
+// the fence: <w.LeaseNamespace>/<w.LeaseName>@<w.Identity>. A
+// ValidatingAdmissionPolicy whose param is the Lease splits it at the
+// first "@" and denies the write when the Lease's spec.holderIdentity is
+// not the rest (the HTTPRoute example's deploy/fence). It names the Lease
+// whole: a Lease of the same name in another namespace has a binding of
+// its own, which must not judge this write. It replaces the patcher's own
+// field manager, for which the API server's [MaxFieldManager] characters
+// leave no room with the longest shard Lease names and identities made of
+// pod names. It fails, naming what to shorten, when the result is longer
+// than that, and when w names no Lease or identity.
+func FencedFieldManager(w WriteClaim) (string, error) {
+	if w.LeaseNamespace == "" || w.LeaseName == "" || w.Identity == "" {
+		return "", &leader.ConfigError{Field: "Observer", Reason: "must tell the Lease and the identity of the writer to fence its writes (leader.Claimer does)"}
 	}
-	fm := base + "@" + w.LeaseName + "@" + w.Identity
+	fm := w.LeaseNamespace + "/" + w.LeaseName + "@" + w.Identity
 	if len(fm) > MaxFieldManager {
-		return "", &leader.ConfigError{Field: "fieldManager", Reason: fmt.Sprintf("%q with the Lease name %q and the identity %q makes a fenced field manager of %d characters, more than the API server's %d: shorten the field manager, Lease.Name or Lease.Identity",
-			base, w.LeaseName, w.Identity, len(fm), MaxFieldManager)}
+		return "", &leader.ConfigError{Field: "Lease", Reason: fmt.Sprintf("namespace %q, name %q and identity %q make a fenced field manager of %d characters, more than the API server's %d: shorten Lease.Namespace, Lease.Name or Lease.Identity",
+			w.LeaseNamespace, w.LeaseName, w.Identity, len(fm), MaxFieldManager)}
 	}
 	return fm, nil
 }
@@ -229,7 +229,7 @@ func FencedFieldManager(base string, w WriteClaim) (string, error) {
 // goroutine) while the other calls go on; without retries, the dispatcher
 // sees the 429 and holds every call back for the window. Build it with
 // [NewStatusPatcherForConfig] or [NewStatusPatcher]; [DynamicStatusPatcher.WithFence]
-// names the writer in each write. It is safe for concurrent use.
+// names the writer in each write instead. It is safe for concurrent use.
 type DynamicStatusPatcher struct {
 	rest         rest.Interface
 	gvr          schema.GroupVersionResource
@@ -287,29 +287,26 @@ func checkPatcher(gvr schema.GroupVersionResource, fieldManager string) error {
 	return nil
 }
 
-// WithFence returns a copy of d that names the writer in the field manager
-// of every write — [FencedFieldManager] of d's field manager and the
-// call's [WriteClaim] —, so that a ValidatingAdmissionPolicy whose param
-// is the Lease (the HTTPRoute example's deploy/fence) can deny a write of
-// a replica that no longer holds it. It fails when the field manager
-// contains "@". quietpatch.New and NewSharded reject, naming the field, a
-// Lease and identity that make the field manager too long.
+// WithFence returns a copy of d whose writes name their writer: the field
+// manager of every write is [FencedFieldManager] of the call's
+// [WriteClaim], instead of d's own, so that a ValidatingAdmissionPolicy
+// whose param is the Lease (the HTTPRoute example's deploy/fence) can deny
+// a write of a replica that no longer holds it. quietpatch.New and
+// NewSharded reject, naming the field, a Lease and identity that make the
+// field manager too long.
 //
 // Self-check: after the first write under each Lease, the copy sends one
 // dry-run PATCH (dryRun=All, body {}) that names another identity; when
 // the API server does not deny it as fenced, logger receives one warning
 // naming the Lease and what to install (nil logger: slog.Default()). The
 // writes go on either way: the fence is the server's.
-func (d *DynamicStatusPatcher) WithFence(logger *slog.Logger) (*DynamicStatusPatcher, error) {
-	if strings.Contains(d.fieldManager, "@") {
-		return nil, &leader.ConfigError{Field: "fieldManager", Reason: fmt.Sprintf("must not contain \"@\" to be fenced, got %q", d.fieldManager)}
-	}
+func (d *DynamicStatusPatcher) WithFence(logger *slog.Logger) *DynamicStatusPatcher {
 	if logger == nil {
 		logger = slog.Default()
 	}
 	c := *d
 	c.fence = &fenceCheck{log: logger, leases: map[string]bool{}}
-	return &c, nil
+	return &c
 }
 
 // FieldManagerFor returns the field manager of a write by w: the fenced
@@ -318,7 +315,7 @@ func (d *DynamicStatusPatcher) FieldManagerFor(w WriteClaim) (string, error) {
 	if d.fence == nil {
 		return d.fieldManager, nil
 	}
-	return FencedFieldManager(d.fieldManager, w)
+	return FencedFieldManager(w)
 }
 
 // Patch sends p. It returns the client's error unchanged (see package
@@ -334,7 +331,7 @@ func (d *DynamicStatusPatcher) Patch(ctx context.Context, p MergePatch) error {
 	fm := d.fieldManager
 	w, _ := WriteClaimFrom(ctx)
 	if d.fence != nil {
-		if fm, err = FencedFieldManager(d.fieldManager, w); err != nil {
+		if fm, err = FencedFieldManager(w); err != nil {
 			return fmt.Errorf("%w: %s: %w", ErrInvalidPatch, p.key(), err)
 		}
 	}
@@ -424,7 +421,7 @@ func (f *fenceCheck) check(ctx context.Context, d *DynamicStatusPatcher, p Merge
 	if w.Identity[0] == '~' {
 		other.Identity = "-" + w.Identity[1:]
 	}
-	fm, _ := FencedFieldManager(d.fieldManager, other) // w's fits: so does other's
+	fm, _ := FencedFieldManager(other) // w's fits: so does other's
 	err := d.send(ctx, p.Namespace, p.Name, []byte("{}"), fm, true)
 	o := outcome.Of(err)
 	f.mu.Lock()

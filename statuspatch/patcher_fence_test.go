@@ -77,24 +77,24 @@ func TestStatusPatcherSendsNothingWithoutTime(t *testing.T) {
 
 func TestFencedFieldManager(t *testing.T) {
 	w := WriteClaim{Identity: "pod-a_0123abcd", LeaseNamespace: "ns", LeaseName: "status-shard-3-of-8", Epoch: 4}
-	fm, err := FencedFieldManager("example.com/status", w)
-	if err != nil || fm != "example.com/status@status-shard-3-of-8@pod-a_0123abcd" {
+	fm, err := FencedFieldManager(w)
+	if err != nil || fm != "ns/status-shard-3-of-8@pod-a_0123abcd" {
 		t.Errorf("FencedFieldManager = %q, %v", fm, err)
 	}
 	long := w
 	long.Identity = strings.Repeat("i", MaxFieldManager)
-	noLease := w
-	noLease.LeaseName = ""
+	noLease, noNamespace := w, w
+	noLease.LeaseName, noNamespace.LeaseNamespace = "", ""
 	for _, c := range []struct {
-		name, base string
-		w          WriteClaim
-		field      string
+		name  string
+		w     WriteClaim
+		field string
 	}{
-		{"too long", "example.com/status", long, "fieldManager"},
-		{"@ in the base", "a@b", w, "fieldManager"},
-		{"no Lease", "example.com/status", noLease, "Observer"},
+		{"too long", long, "Lease"},
+		{"no Lease", noLease, "Observer"},
+		{"no namespace", noNamespace, "Observer"},
 	} {
-		_, err := FencedFieldManager(c.base, c.w)
+		_, err := FencedFieldManager(c.w)
 		var ce *leader.ConfigError
 		if !errors.As(err, &ce) || ce.Field != c.field {
 			t.Errorf("%s: err = %v, want a ConfigError naming %s", c.name, err, c.field)
@@ -102,8 +102,8 @@ func TestFencedFieldManager(t *testing.T) {
 	}
 	// At exactly MaxFieldManager characters it fits.
 	fit := w
-	fit.Identity = strings.Repeat("i", MaxFieldManager-len("b@status-shard-3-of-8@"))
-	if fm, err := FencedFieldManager("b", fit); err != nil || len(fm) != MaxFieldManager {
+	fit.Identity = strings.Repeat("i", MaxFieldManager-len("ns/status-shard-3-of-8@"))
+	if fm, err := FencedFieldManager(fit); err != nil || len(fm) != MaxFieldManager {
 		t.Errorf("%d characters: %v", len(fm), err)
 	}
 }
@@ -114,10 +114,7 @@ func TestCheckFieldManager(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fenced, err := p.WithFence(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fenced := p.WithFence(nil)
 	long := WriteClaim{Identity: strings.Repeat("i", MaxFieldManager), LeaseNamespace: "ns", LeaseName: "l"}
 	if err := CheckFieldManager(p, long); err != nil {
 		t.Errorf("unfenced: %v", err)
@@ -127,13 +124,6 @@ func TestCheckFieldManager(t *testing.T) {
 	}
 	if err := CheckFieldManager(PatcherFunc[MergePatch](func(context.Context, MergePatch) error { return nil }), long); err != nil {
 		t.Errorf("a Patcher without FieldManagerFor: %v", err)
-	}
-	withAt, err := NewStatusPatcher(api.client, routesGVR(), "a@b")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := withAt.WithFence(nil); !errors.Is(err, leader.ErrInvalidConfig) {
-		t.Errorf("WithFence of a field manager with @: %v", err)
 	}
 }
 
@@ -154,11 +144,7 @@ func TestFencedStatusPatcher(t *testing.T) {
 			t.Fatal(err)
 		}
 		var logs bytes.Buffer
-		fenced, err := p.WithFence(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return fenced, &logs
+		return p.WithFence(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))), &logs
 	}
 	t.Run("the field manager names the writer; one dry-run check per Lease, denied: no warning", func(t *testing.T) {
 		api := newFakeAPIServer(t)
@@ -181,7 +167,7 @@ func TestFencedStatusPatcher(t *testing.T) {
 				writes = append(writes, r)
 			}
 		}
-		if len(writes) != 4 || writes[0].FieldManager != "example.com/status@l-shard-0-of-2@pod-a" || writes[3].FieldManager != "example.com/status@l-shard-1-of-2@pod-a" {
+		if len(writes) != 4 || writes[0].FieldManager != "ns/l-shard-0-of-2@pod-a" || writes[3].FieldManager != "ns/l-shard-1-of-2@pod-a" {
 			t.Errorf("writes %+v", writes)
 		}
 		if len(checks) != 2 {
@@ -190,7 +176,7 @@ func TestFencedStatusPatcher(t *testing.T) {
 		for i, lease := range []string{"l-shard-0-of-2", "l-shard-1-of-2"} {
 			c := checks[i]
 			if c.DryRun != "All" || string(c.Body) != "{}" || c.Timeout == "" ||
-				!strings.HasPrefix(c.FieldManager, "example.com/status@"+lease+"@") || strings.HasSuffix(c.FieldManager, "@pod-a") {
+				!strings.HasPrefix(c.FieldManager, "ns/"+lease+"@") || strings.HasSuffix(c.FieldManager, "@pod-a") || len(c.FieldManager) != len("ns/"+lease+"@pod-a") {
 				t.Errorf("check %d: %+v, body %s: want a dry-run {} naming another writer under %s", i, c, c.Body, lease)
 			}
 		}

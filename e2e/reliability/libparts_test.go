@@ -7,6 +7,7 @@ package reliability_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch"
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 // libConfig describes a libReplica.
@@ -31,6 +33,11 @@ type libConfig struct {
 	Status       *rest.Config
 	Workers      int
 	PatchTimeout time.Duration
+	// Fence makes the patcher name its writer in every write
+	// (statuspatch.DynamicStatusPatcher.WithFence); Logger, if set,
+	// receives the dispatcher's and the fence check's logs.
+	Fence  bool
+	Logger *slog.Logger
 }
 
 // libReplica is one replica built from the library's parts: a
@@ -45,6 +52,7 @@ type libReplica struct {
 	id      string
 	claimer *leader.Claimer
 	queue   *statuspatch.PatchQueue[types.NamespacedName]
+	stats   func() statuspatch.DispatcherStats // nil without a dispatcher
 	cancel  context.CancelFunc
 	done    chan struct{} // closed once every Run has returned
 
@@ -81,7 +89,10 @@ func startLibReplica(t *testing.T, cfg libConfig) *libReplica {
 		if err != nil {
 			t.Fatal(err)
 		}
-		opts := statuspatch.Options{Name: cfg.Identity, Capacity: 1000, PatchTimeout: cfg.PatchTimeout, Workers: cfg.Workers}
+		if cfg.Fence {
+			patcher = patcher.WithFence(cfg.Logger)
+		}
+		opts := statuspatch.Options{Name: cfg.Identity, Capacity: 1000, PatchTimeout: cfg.PatchTimeout, Workers: cfg.Workers, Logger: cfg.Logger}
 		if r.queue, err = statuspatch.NewPatchQueue[types.NamespacedName](opts); err != nil {
 			t.Fatal(err)
 		}
@@ -90,6 +101,7 @@ func startLibReplica(t *testing.T, cfg libConfig) *libReplica {
 			t.Fatal(err)
 		}
 		runs = append(runs, d.Run)
+		r.stats = d.Stats
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
@@ -147,6 +159,9 @@ func libComputer(r *libReplica) statuspatch.StatusComputer[wanted, []gatewayv1.R
 
 // leads reports whether our claim is current.
 func (r *libReplica) leads() bool { return r.claimer.Current().IsCurrentFor(r.id, time.Now()) }
+
+// outcomes returns the dispatcher's patch calls by outcome.
+func (r *libReplica) outcomes() map[outcome.Outcome]int64 { return r.stats().Patches }
 
 // holder returns who holds the Lease as r last saw it.
 func (r *libReplica) holder() string { return r.claimer.Current().Holder }

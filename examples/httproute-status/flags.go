@@ -92,7 +92,7 @@ func newFlagSet(getenv env) (*flag.FlagSet, *flagValues) {
 	fs.DurationVar(&v.cacheSyncTimeout, "cache-sync-timeout", controller.DefaultCacheSyncTimeout,
 		"fail when the informer caches have not synced by then (missing CRDs or RBAC)")
 	fs.BoolVar(&v.fence, "fence", false,
-		"name the writer in the field manager of every status write (<field manager>@<Lease>@<identity>), so that the ValidatingAdmissionPolicy "+
+		"name the writer in the field manager of every status write (<Lease namespace>/<Lease name>@<identity>), so that the ValidatingAdmissionPolicy "+
 			"of deploy/fence denies a write whose writer no longer holds its Lease; the controller checks once per Lease that it does, and warns if not")
 	fs.StringVar(&v.refGrantVersion, "reference-grant-version", controller.ReferenceGrantAuto,
 		"API version to watch ReferenceGrants with: auto (ask discovery), v1 or v1beta1")

@@ -100,7 +100,7 @@ func (p statusPatcher) Patch(ctx context.Context, mp routePatch) error {
 	fm := p.fieldManager
 	if p.fence {
 		w, _ := statuspatch.WriteClaimFrom(ctx)
-		if fm, err = statuspatch.FencedFieldManager(p.fieldManager, w); err != nil {
+		if fm, err = statuspatch.FencedFieldManager(w); err != nil {
 			return fmt.Errorf("%w: %w", statuspatch.ErrInvalidPatch, err)
 		}
 	}
@@ -118,7 +118,7 @@ func (p statusPatcher) FieldManagerFor(w statuspatch.WriteClaim) (string, error)
 	if !p.fence {
 		return p.fieldManager, nil
 	}
-	return statuspatch.FencedFieldManager(p.fieldManager, w)
+	return statuspatch.FencedFieldManager(w)
 }
 
 // newPatcher returns the pipeline's patcher. Built from the REST
@@ -140,9 +140,7 @@ func newPatcher(opts Options, gw gatewayclient.Interface) (statuspatch.Patcher[r
 		return nil, fmt.Errorf("controller: %w", err)
 	}
 	if opts.Fence {
-		if p, err = p.WithFence(opts.Logger); err != nil {
-			return nil, fmt.Errorf("controller: %w", err)
-		}
+		p = p.WithFence(opts.Logger)
 	}
 	return p, nil
 }

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +22,7 @@ func TestRunFenced(t *testing.T) {
 	}
 	stop, _ := runAsync(t, c)
 	eventually(t, 10*time.Second, "every route gets its expected status", fc.checkAllRoutes)
-	want := DefaultFieldManager + "@" + DefaultLeaseName + "@" + testIdentity
+	want := opts.LeaseNamespace + "/" + DefaultLeaseName + "@" + testIdentity
 	for _, p := range fc.statusPatches() {
 		if p.FieldManager != want {
 			t.Errorf("patch %s/%s: field manager %q, want %q", p.Namespace, p.Name, p.FieldManager, want)
@@ -34,24 +33,18 @@ func TestRunFenced(t *testing.T) {
 	}
 }
 
-// A field manager the fence cannot extend, or one too long for the Lease
-// names and the identity, is refused by New, naming the field.
-func TestNewFencedRejectsFieldManagers(t *testing.T) {
+// A Lease and identity too long for a fenced field manager with the
+// longest shard Lease name are refused by New, naming what to shorten.
+func TestNewFencedRejectsATooLongWriter(t *testing.T) {
 	fc := newFakeCluster(t, 1)
-	for name, mutate := range map[string]func(*Options){
-		"@ in the field manager": func(o *Options) { o.FieldManager = "a@b" },
-		"too long with shards":   func(o *Options) { o.FieldManager = strings.Repeat("f", 100); o.Shards = 16 },
-	} {
-		opts, _, _ := fc.options(t, testIdentity)
-		opts.Fence = true
-		mutate(&opts)
-		_, err := New(context.Background(), opts)
-		if err == nil || !strings.Contains(err.Error(), "FieldManager") && !strings.Contains(err.Error(), "fieldManager") {
-			t.Errorf("%s: New = %v, want an error naming the field manager", name, err)
-		}
-		var oe *OptionError
-		if name == "@ in the field manager" && !errors.As(err, &oe) {
-			t.Errorf("%s: %v is not an OptionError", name, err)
-		}
+	opts, _, _ := fc.options(t, strings.Repeat("i", 80))
+	opts.Fence, opts.Shards = true, 16
+	_, err := New(context.Background(), opts)
+	if err == nil || !strings.Contains(err.Error(), "shorten Lease.Namespace, Lease.Name or Lease.Identity") {
+		t.Errorf("New = %v, want an error saying what to shorten", err)
+	}
+	opts.Fence = false
+	if _, err := New(context.Background(), opts); err != nil {
+		t.Errorf("unfenced: %v", err)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -197,18 +196,18 @@ type Options struct {
 	KubeBurst int
 
 	// FieldManager names this controller in the routes' managedFields.
-	// Default DefaultFieldManager; at most 128 characters, and without
-	// "@" with Fence.
+	// Default DefaultFieldManager; at most 128 characters. With Fence the
+	// writes name their writer instead.
 	FieldManager string
 
 	// Fence names the writer in the field manager of every status write,
-	// <FieldManager>@<Lease name>@<Identity> (--fence), so that the
+	// <LeaseNamespace>/<Lease name>@<Identity> (--fence), so that the
 	// ValidatingAdmissionPolicy of deploy/fence, whose param is the Lease,
 	// denies a write of a replica that no longer holds it (outcome
 	// fenced). With the REST configuration the patcher checks, once per
 	// Lease, that the API server denies a dry-run write naming another
 	// writer, and logs a warning if it does not. The field manager must
-	// fit 128 characters with the longest Lease name and the identity.
+	// fit 128 characters with the longest Lease name.
 	Fence bool
 
 	// MetricsAddr is the listen address of the Prometheus endpoint
@@ -291,8 +290,6 @@ func (o Options) Complete() (Options, error) {
 		return o, optErr("KubeBurst", o.KubeBurst, "must not be negative")
 	case len(o.FieldManager) > 128:
 		return o, optErr("FieldManager", len(o.FieldManager), "must be at most 128 characters long")
-	case o.Fence && strings.Contains(o.FieldManager, "@"):
-		return o, optErr("FieldManager", fmt.Sprintf("%q", o.FieldManager), `must not contain "@" with Fence`)
 	case o.ReferenceGrantVersion != ReferenceGrantAuto && o.ReferenceGrantVersion != ReferenceGrantV1 && o.ReferenceGrantVersion != ReferenceGrantV1beta1:
 		return o, optErr("ReferenceGrantVersion", fmt.Sprintf("%q", o.ReferenceGrantVersion), "must be %q, %q or %q",
 			ReferenceGrantAuto, ReferenceGrantV1, ReferenceGrantV1beta1)
