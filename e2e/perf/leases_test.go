@@ -180,7 +180,9 @@ func newLeaseReplica(cp *cluster.ControlPlane, kube kubernetes.Interface, ns, id
 	}
 	lw := cache.NewListWatchFromClient(kube.CoreV1().RESTClient(), "configmaps", ns, fields.Everything())
 	comp := statuspatch.ComputerFuncs[*corev1.ConfigMap, string, string]{
-		KeyFunc:     func(c *corev1.ConfigMap) types.NamespacedName { return types.NamespacedName{Namespace: c.Namespace, Name: c.Name} },
+		KeyFunc: func(c *corev1.ConfigMap) types.NamespacedName {
+			return types.NamespacedName{Namespace: c.Namespace, Name: c.Name}
+		},
 		CurrentFunc: func(*corev1.ConfigMap) string { return "" },
 		DesiredFunc: func(*corev1.ConfigMap) (string, error) { return "", nil },
 		EqualFunc:   func(string, string) bool { return true },
