@@ -79,8 +79,8 @@ type testHooks struct {
 var _ Observer = (*Claimer)(nil)
 
 // NewClaimer returns a Claimer for the Lease cfg.Namespace/cfg.Name, using
-// client for every request (pass clientset.CoordinationV1() of a
-// kubernetes.Interface). It applies the defaults documented on [Config] and
+// client for every request (pass [NewLeaseClient]'s; one with client-go's
+// rate limiter is rejected, see [CheckLeaseClient]). It applies the defaults documented on [Config] and
 // returns an error wrapping [ErrInvalidConfig], naming the field, for an
 // impossible configuration. NewClaimer makes no API request.
 func NewClaimer(client coordinationv1client.LeasesGetter, cfg Config) (*Claimer, error) {
