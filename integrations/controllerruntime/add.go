@@ -35,7 +35,7 @@ type Options struct {
 	// Config configures the pipeline; see quietpatch.Config for every
 	// field and its default. Add sets these when they are zero:
 	//
-	//   - Name: "quietpatch" (statuspatch.Options' default). It labels the instruments and
+	//   - Name: statuspatch.DefaultName ("quietpatch"). It labels the instruments and
 	//     names the probes: give each pipeline of a process its own.
 	//   - Leases (unless Observer is set): a Lease client of its own made
 	//     from mgr.GetConfig() and sharing mgr.GetHTTPClient(), limited to
@@ -142,7 +142,7 @@ func Add[O client.Object, S any](ctx context.Context, mgr manager.Manager, obj O
 	}
 	cfg := opts.Config
 	if cfg.Name == "" {
-		cfg.Name = "quietpatch"
+		cfg.Name = statuspatch.DefaultName
 	}
 	if opts.FieldManager == "" {
 		opts.FieldManager = cfg.Name

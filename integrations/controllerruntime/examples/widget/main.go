@@ -28,6 +28,7 @@ import (
 	examplev1 "github.com/quietpatch/quietpatch/integrations/controllerruntime/examples/widget/api/v1"
 	"github.com/quietpatch/quietpatch/integrations/controllerruntime/examples/widget/readiness"
 	"github.com/quietpatch/quietpatch/leader"
+	"github.com/quietpatch/quietpatch/statuspatch"
 	"github.com/quietpatch/quietpatch/statuspatch/conditions"
 )
 
@@ -51,7 +52,7 @@ func main() {
 	flag.StringVar(&cfg.Lease.Namespace, "lease-namespace", "widget-system", "namespace of quietpatch's Lease")
 	flag.StringVar(&cfg.Lease.Name, "lease-name", "widget-status", "name of quietpatch's Lease (not the manager's leader election ID)")
 	flag.DurationVar(&leaseDuration, "lease-duration", leader.DefaultLeaseDuration, "quietpatch's LeaseDuration: a crashed leader's successor writes after about this long; whole seconds")
-	flag.DurationVar(&cfg.Interval, "interval", 10*time.Second, "interval between full reconcile passes")
+	flag.DurationVar(&cfg.Interval, "interval", statuspatch.DefaultInterval, "interval between full reconcile passes")
 	flag.IntVar(&cfg.Workers, "workers", 0, "status patches in flight at most; 0: adaptive, the library's default (statuspatch.Options.Workers)")
 	flag.DurationVar(&gracefulShutdown, "graceful-shutdown-timeout", 30*time.Second, "how long the manager waits for quietpatch to stop; keep it above PatchTimeout + Lease CallTimeout (10s by default)")
 	opts := zap.Options{}
