@@ -51,10 +51,10 @@ type Options struct {
 	//     stops.
 	//
 	// Config.Dependencies declares the other resources the statuses are
-	// computed from: an informer of the manager's cache
-	// (mgr.GetCache().GetInformer(ctx, &corev1.ConfigMap{})) is a
-	// quietpatch.Informer, so one entry makes Run wait for it and its
-	// events enqueue the objects its Keys names.
+	// computed from: a [Source] over one (NewSource(ctx, mgr.GetCache(),
+	// &corev1.ConfigMap{})) is a quietpatch.Informer, so one entry makes
+	// Run wait for it and its events enqueue the objects its Keys names;
+	// the StatusComputer reads it with the Source's Get, without copies.
 	Config quietpatch.Config
 
 	// FieldManager names the writer of the status patches in managedFields.
