@@ -92,7 +92,7 @@ proxy="$work/proxy"
 consumer="$work/consumer"
 modcache=$(go env GOMODCACHE)
 
-# forget removes the fake version of our modules from the module cache.
+# forget removes the published version of our modules from the module cache.
 forget() {
   local m
   for m in "$root" "$integ" "$otelprom"; do
