@@ -48,7 +48,7 @@ type Claimer struct {
 	writersMu sync.Mutex
 	writers   map[*writerEntry]struct{}
 
-	limiterWarning string // logged at Run: see CheckLeaseClient
+	unsizedLimiter string // its type, logged at Run: see CheckLeaseClient
 }
 
 // writerEntry is one registration of AddWriter; a pointer so that the same
@@ -108,7 +108,7 @@ func NewClaimer(client coordinationv1client.LeasesGetter, cfg Config) (*Claimer,
 		relinquishCh: make(chan relinquishReq),
 		done:         make(chan struct{}),
 
-		limiterWarning: leaseClientWarning(client),
+		unsizedLimiter: unsizedLimiter(client),
 	}, nil
 }
 
@@ -284,8 +284,8 @@ func (c *Claimer) Run(ctx context.Context) error {
 	}
 	c.state = running
 	c.mu.Unlock()
-	if c.limiterWarning != "" {
-		c.log.Warn(c.limiterWarning)
+	if c.unsizedLimiter != "" {
+		c.log.Warn(limiterWarning, "limiter", c.unsizedLimiter)
 	}
 
 	unregister, err := c.in.observe(func() bool {

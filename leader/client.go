@@ -57,14 +57,19 @@ func CheckLeaseClient(client coordinationv1client.LeasesGetter) error {
 		lim.QPS())}
 }
 
-// leaseClientWarning says what to change about a limiter of a kind
-// CheckLeaseClient cannot size; "" when there is nothing to say.
-func leaseClientWarning(client coordinationv1client.LeasesGetter) string {
+// limiterWarning is the warning the Claimer and the Group log once, at
+// Run, for a Lease client's limiter of a kind CheckLeaseClient cannot size
+// (its type is the attribute limiter).
+const limiterWarning = "leader: the Lease client has a client-side rate limiter of a kind the library cannot size: Lease requests may wait in it and renew late; build the client with leader.NewLeaseClient(restConfig), or leave rest.Config.RateLimiter nil and set QPS -1"
+
+// unsizedLimiter returns the type of client's limiter when it is of a kind
+// CheckLeaseClient cannot size, else "".
+func unsizedLimiter(client coordinationv1client.LeasesGetter) string {
 	lim := limiterOf(client)
 	if lim == nil || isTokenBucket(lim) || reflect.TypeOf(lim) == reflect.TypeOf(flowcontrol.NewFakeAlwaysRateLimiter()) {
 		return ""
 	}
-	return fmt.Sprintf("leader: the Lease client has a client-side rate limiter of type %T: Lease requests may wait in it and renew late; build the client with leader.NewLeaseClient(restConfig), or leave rest.Config.RateLimiter nil and set QPS -1", lim)
+	return fmt.Sprintf("%T", lim)
 }
 
 // limiterOf returns the rate limiter of client's REST client, if it shows one.

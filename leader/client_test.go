@@ -63,8 +63,8 @@ func TestCheckLeaseClient(t *testing.T) {
 		case !c.reject && err != nil:
 			t.Errorf("%s: CheckLeaseClient = %v", c.name, err)
 		}
-		if w := leaseClientWarning(c.client); (w != "") != c.warning || c.warning && !strings.Contains(w, "leader.NewLeaseClient(restConfig)") {
-			t.Errorf("%s: warning %q, want one: %v", c.name, w, c.warning)
+		if w := unsizedLimiter(c.client); (w != "") != c.warning {
+			t.Errorf("%s: unsized limiter %q, want one: %v", c.name, w, c.warning)
 		}
 		cfg := Config{Namespace: "ns", Name: "l", Identity: "a"}
 		if _, err := NewClaimer(c.client, cfg); (err != nil) != c.reject {
@@ -114,7 +114,7 @@ func TestClaimerWarnsOnceOfAnUnknownLimiter(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // Run logs, then stops at once
 	_ = c.Run(ctx)
-	if n := strings.Count(logs.String(), "level=WARN"); n != 1 || !strings.Contains(logs.String(), "slowLimiter") {
+	if n := strings.Count(logs.String(), "level=WARN"); n != 1 || !strings.Contains(logs.String(), "slowLimiter") || !strings.Contains(logs.String(), "leader.NewLeaseClient(restConfig)") {
 		t.Errorf("%d warnings, want one naming the limiter's type:\n%s", n, logs.String())
 	}
 }

@@ -44,7 +44,7 @@ type Group struct {
 	err     error // last list or renewal failure, nil once one succeeds
 	changed chan struct{}
 
-	limiterWarning string // logged at Run: see CheckLeaseClient
+	unsizedLimiter string // its type, logged at Run: see CheckLeaseClient
 }
 
 type observed struct {
@@ -83,7 +83,7 @@ func NewGroup(client coordinationv1client.LeasesGetter, cfg Config, shards int) 
 	g := &Group{
 		leases: client.Leases(cfg.Namespace), cfg: cfg, shards: shards, clk: cfg.Clock,
 		log: cfg.Logger, seen: map[string]observed{}, holders: make([]string, shards),
-		changed: make(chan struct{}, 1), limiterWarning: leaseClientWarning(client),
+		changed: make(chan struct{}, 1), unsizedLimiter: unsizedLimiter(client),
 	}
 	for i := range shards {
 		if name := g.ShardLease(i); len(name) > 253 {
@@ -168,8 +168,8 @@ func (g *Group) Run(ctx context.Context) error {
 	g.log.Info("leader: joining the shard group", slog.String("group", g.cfg.Name),
 		slog.String("member", g.MemberLease()), slog.Int("shards", g.shards))
 	defer g.leave()
-	if g.limiterWarning != "" {
-		g.log.Warn(g.limiterWarning)
+	if g.unsizedLimiter != "" {
+		g.log.Warn(limiterWarning, "limiter", g.unsizedLimiter)
 	}
 	var renewed time.Time
 	period := g.cfg.LeaseDuration - g.cfg.RenewGrace

@@ -139,11 +139,16 @@ func (p MergePatch) key() string {
 // [ServerTimeout] tells the API server to give a request up.
 const ServerTimeoutMargin = 100 * time.Millisecond
 
-// ServerTimeout returns the timeout to send the API server, as the query
-// parameter timeout, for a request made under ctx: what is left of ctx's
-// deadline, less a tenth of it but at most [ServerTimeoutMargin], floored
-// to the millisecond. The margin lets the server's 504 reach the client
-// before the client's own deadline, so that the call is counted as
+// ServerTimeout is [ServerTimeoutAt] of time.Now().
+func ServerTimeout(ctx context.Context) (d time.Duration, ok bool) {
+	return ServerTimeoutAt(ctx, time.Now())
+}
+
+// ServerTimeoutAt returns the timeout to send the API server, as the query
+// parameter timeout, for a request made at now under ctx: what is left of
+// ctx's deadline, less a tenth of it but at most [ServerTimeoutMargin],
+// floored to the millisecond. The margin lets the server's 504 reach the
+// client before the client's own deadline, so that the call is counted as
 // abandoned by the server (outcome.Abandoned) rather than timed out. The
 // server counts the timeout from when it received the request's headers:
 // a request delayed before that by more than the margin gets as much more
@@ -152,18 +157,36 @@ const ServerTimeoutMargin = 100 * time.Millisecond
 // ok is false when ctx is done or less than a millisecond would be left:
 // send nothing (the server reads a timeout of 0 as its own default, 60 s).
 // Without a deadline it returns 0, true: send no timeout.
-func ServerTimeout(ctx context.Context) (d time.Duration, ok bool) {
+func ServerTimeoutAt(ctx context.Context, now time.Time) (d time.Duration, ok bool) {
 	deadline, has := ctx.Deadline()
 	if !has {
 		return 0, ctx.Err() == nil
 	}
-	left := time.Until(deadline)
+	left := deadline.Sub(now)
 	left -= min(left/10, ServerTimeoutMargin)
 	d = left.Truncate(time.Millisecond)
 	if d < time.Millisecond || ctx.Err() != nil {
 		return 0, false
 	}
 	return d, true
+}
+
+// withServerTimeout returns req with ctx's deadline as its timeout
+// parameter ([ServerTimeout]) and no client-side timeout beyond ctx's (so
+// that the server's 504 can reach the client first), or an error wrapping
+// context.DeadlineExceeded when the deadline leaves no time: send nothing.
+func withServerTimeout(ctx context.Context, req *rest.Request) (*rest.Request, error) {
+	timeout, ok := ServerTimeout(ctx)
+	if !ok {
+		return nil, fmt.Errorf("not sent: its deadline leaves no time: %w", context.DeadlineExceeded)
+	}
+	// Timeout(0): client-go would otherwise set the parameter from its own
+	// (rest.Config.Timeout) and cut the request there.
+	req = req.Timeout(0)
+	if timeout > 0 {
+		req = req.Param("timeout", timeout.String())
+	}
+	return req, nil
 }
 
 // MaxFieldManager is the length the API server allows a field manager.
@@ -360,10 +383,6 @@ func CheckFieldManager(patcher any, w WriteClaim) error {
 
 // send makes one PATCH of the status of namespace/name.
 func (d *DynamicStatusPatcher) send(ctx context.Context, namespace, name string, body []byte, fieldManager string, dryRun bool) error {
-	timeout, ok := ServerTimeout(ctx)
-	if !ok {
-		return fmt.Errorf("statuspatch: patch of %s/%s not sent: its deadline leaves no time: %w", namespace, name, context.DeadlineExceeded)
-	}
 	path := []string{"/apis", d.gvr.Group, d.gvr.Version}
 	if d.gvr.Group == "" {
 		path = []string{"/api", d.gvr.Version}
@@ -372,18 +391,20 @@ func (d *DynamicStatusPatcher) send(ctx context.Context, namespace, name string,
 		path = append(path, "namespaces", namespace)
 	}
 	path = append(path, d.gvr.Resource, name, "status")
-	// Timeout(0): no client-side timeout beyond ctx's deadline, and the
-	// timeout parameter is ours (client-go would set it from its own).
-	req := d.rest.Patch(types.MergePatchType).AbsPath(path...).Param("fieldManager", fieldManager).
-		Timeout(0).MaxRetries(0)
-	if timeout > 0 {
-		req = req.Param("timeout", timeout.String())
+	req, err := withServerTimeout(ctx, d.rest.Patch(types.MergePatchType).AbsPath(path...).
+		Param("fieldManager", fieldManager).MaxRetries(0))
+	if err != nil {
+		return fmt.Errorf("statuspatch: patch of %s/%s %w", namespace, name, err)
 	}
 	if dryRun {
 		req = req.Param("dryRun", metav1.DryRunAll)
 	}
 	return req.Body(body).Do(ctx).Error()
 }
+
+// unfencedWarning is the self-check's warning: the fence does not guard
+// a Lease's writes.
+const unfencedWarning = "statuspatch: the API server does not fence the writes under this Lease: a dry-run status write naming another writer was not denied; install the fence's ValidatingAdmissionPolicy and a binding whose paramRef selects this Lease (namespace the Lease's, and its name, or the selector quietpatch.io/claim=true for every shard Lease: see examples/httproute-status/deploy/fence)"
 
 // fenceCheck is a fenced patcher's self-check: one dry-run write per Lease
 // that names a writer other than the holder, which the fence must deny.
@@ -440,8 +461,6 @@ func (f *fenceCheck) check(ctx context.Context, d *DynamicStatusPatcher, p Merge
 		return
 	}
 	f.warned = true
-	f.log.Warn("statuspatch: the API server does not fence the writes under this Lease: a dry-run status write naming another writer was not denied. "+
-		"Install the ValidatingAdmissionPolicy of the fence and a ValidatingAdmissionPolicyBinding whose paramRef selects this Lease "+
-		"(paramRef.namespace the Lease's, and name the Lease, or selector "+leader.LeaseLabel+"=true for every shard Lease; see examples/httproute-status/deploy/fence)",
+	f.log.Warn(unfencedWarning,
 		slog.String("lease", lease), slog.String("outcome", string(o)), slog.String("fieldManager", fm), slog.Any("error", err))
 }

@@ -21,38 +21,35 @@ const fenceDenial = `{"kind":"Status","apiVersion":"v1","status":"Failure","reas
 	`"message":"httproutes.gateway.networking.k8s.io \"r1\" is forbidden: ValidatingAdmissionPolicy 'quietpatch-fence' with binding 'quietpatch-fence' denied request: ` +
 	outcome.FenceMessage + ` the Lease ns/l is held by b, not a"}`
 
-func TestServerTimeout(t *testing.T) {
-	background := context.Background()
-	done, cancel := context.WithCancel(background)
+func TestServerTimeoutAt(t *testing.T) {
+	now := time.Now() // the contexts' deadlines are ahead: none is done
+	done, cancel := context.WithCancel(context.Background())
 	cancel()
-	cases := []struct {
-		name     string
-		ctx      func() (context.Context, context.CancelFunc)
-		lo, hi   time.Duration // the timeout is in [lo, hi]
+	for _, tc := range []struct {
+		left     time.Duration // to the deadline; 0: no deadline
+		want     time.Duration
 		wantSend bool
 	}{
-		{"no deadline", func() (context.Context, context.CancelFunc) { return background, func() {} }, 0, 0, true},
-		{"done", func() (context.Context, context.CancelFunc) { return done, func() {} }, 0, 0, false},
-		{"5s left: less the margin", func() (context.Context, context.CancelFunc) { return context.WithTimeout(background, 5*time.Second) },
-			4 * time.Second, 5*time.Second - ServerTimeoutMargin, true},
-		{"500ms left: less a tenth", func() (context.Context, context.CancelFunc) {
-			return context.WithTimeout(background, 500*time.Millisecond)
-		}, 300 * time.Millisecond, 450 * time.Millisecond, true},
-		{"less than a millisecond", func() (context.Context, context.CancelFunc) {
-			return context.WithTimeout(background, 900*time.Microsecond)
-		}, 0, 0, false},
-		{"deadline passed", func() (context.Context, context.CancelFunc) { return context.WithTimeout(background, -time.Second) }, 0, 0, false},
+		{left: 0, want: 0, wantSend: true},                                                          // no deadline: no parameter
+		{left: 5 * time.Second, want: 4900 * time.Millisecond, wantSend: true},                      // less the margin
+		{left: 500 * time.Millisecond, want: 450 * time.Millisecond, wantSend: true},                // less a tenth
+		{left: 4*time.Second + 999*time.Microsecond, want: 3900 * time.Millisecond, wantSend: true}, // floored
+		{left: 1200 * time.Microsecond, want: time.Millisecond, wantSend: true},
+		{left: time.Millisecond, wantSend: false}, // 0.9 ms after the tenth
+		{left: -time.Second, wantSend: false},
+	} {
+		ctx := context.Background()
+		if tc.left != 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, now.Add(tc.left))
+			defer cancel()
+		}
+		if d, ok := ServerTimeoutAt(ctx, now); d != tc.want || ok != tc.wantSend {
+			t.Errorf("%v left: ServerTimeoutAt = %v, %v; want %v, %v", tc.left, d, ok, tc.want, tc.wantSend)
+		}
 	}
-	for _, c := range cases {
-		ctx, cancel := c.ctx()
-		d, ok := ServerTimeout(ctx)
-		cancel()
-		if ok != c.wantSend || d < c.lo || d > c.hi || d%time.Millisecond != 0 {
-			t.Errorf("%s: ServerTimeout = %v, %v; want %v in [%v, %v], whole milliseconds", c.name, d, ok, c.wantSend, c.lo, c.hi)
-		}
-		if !ok && d != 0 {
-			t.Errorf("%s: a timeout %v with ok false", c.name, d)
-		}
+	if d, ok := ServerTimeoutAt(done, now); ok || d != 0 {
+		t.Errorf("a done context: %v, %v; want nothing sent", d, ok)
 	}
 }
 
