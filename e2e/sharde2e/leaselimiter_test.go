@@ -123,7 +123,9 @@ func TestShardLeasesNeverWaitInTheClientLimiter(t *testing.T) {
 	}
 	// Statuses are left alone: the test is about the Lease traffic.
 	comp := statuspatch.ComputerFuncs[*gatewayv1.HTTPRoute, gatewayv1.HTTPRouteStatus, statuspatch.MergePatch]{
-		KeyFunc:     func(r *gatewayv1.HTTPRoute) types.NamespacedName { return types.NamespacedName{Namespace: r.Namespace, Name: r.Name} },
+		KeyFunc: func(r *gatewayv1.HTTPRoute) types.NamespacedName {
+			return types.NamespacedName{Namespace: r.Namespace, Name: r.Name}
+		},
 		CurrentFunc: func(r *gatewayv1.HTTPRoute) gatewayv1.HTTPRouteStatus { return r.Status },
 		DesiredFunc: func(r *gatewayv1.HTTPRoute) (gatewayv1.HTTPRouteStatus, error) { return r.Status, nil },
 		EqualFunc:   func(gatewayv1.HTTPRouteStatus, gatewayv1.HTTPRouteStatus) bool { return true },
