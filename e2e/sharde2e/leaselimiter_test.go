@@ -96,6 +96,13 @@ func TestShardLeasesNeverWaitInTheClientLimiter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { // the other tests count every route of the control plane
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := examplee2e.DeleteRoutes(ctx, cp, ns); err != nil {
+			t.Error(err)
+		}
+	})
 	for i := range 40 {
 		if _, err := cp.AdminGatewayClient().GatewayV1().HTTPRoutes(ns).Create(ctx, &gatewayv1.HTTPRoute{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("route-%02d", i)},
