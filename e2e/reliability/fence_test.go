@@ -209,36 +209,49 @@ func TestHeldWriteDoesNotLandAfterTheSuccessorAcquired(t *testing.T) {
 	}
 }
 
-// fencePolicy is deploy/fence's ValidatingAdmissionPolicy, installed under
+// installFence installs deploy/fence's ValidatingAdmissionPolicy under
 // name, and a binding of it by name to the Lease ns/leaseName, both
 // deleted when the test ends. (The example binds it by label to every
-// Lease of its namespace; a test binds only its own.)
+// Lease of its namespace, fenceBinding; a test binds only its own.)
 func installFence(t *testing.T, ctx context.Context, cp *cluster.ControlPlane, name, ns, leaseName string) {
+	t.Helper()
+	allow := admissionv1.AllowAction
+	installFenceWith(t, ctx, cp, name, admissionv1.ParamRef{Name: leaseName, Namespace: ns, ParameterNotFoundAction: &allow})
+}
+
+// fenceFile decodes a file of the example's deploy/fence into obj.
+func fenceFile(t *testing.T, file string, obj any) {
 	t.Helper()
 	examples, err := examplee2e.ExamplesDir()
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(filepath.Join(examplee2e.DeployDir(examples), "fence", "policy.yaml"))
+	b, err := os.ReadFile(filepath.Join(examplee2e.DeployDir(examples), "fence", file))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var policy admissionv1.ValidatingAdmissionPolicy
-	if err := yaml.UnmarshalStrict(b, &policy); err != nil {
+	if err := yaml.UnmarshalStrict(b, obj); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// installFenceWith installs deploy/fence's policy under name and a
+// binding of it with ref, both deleted when the test ends.
+func installFenceWith(t *testing.T, ctx context.Context, cp *cluster.ControlPlane, name string, ref admissionv1.ParamRef) {
+	t.Helper()
+	var policy admissionv1.ValidatingAdmissionPolicy
+	fenceFile(t, "policy.yaml", &policy)
 	policy.Name = name
 	adm := cp.AdminClient().AdmissionregistrationV1()
 	if _, err := adm.ValidatingAdmissionPolicies().Create(ctx, &policy, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	allow := admissionv1.AllowAction
 	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
 			PolicyName:        name,
 			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
-			ParamRef:          &admissionv1.ParamRef{Name: leaseName, Namespace: ns, ParameterNotFoundAction: &allow},
+			ParamRef:          &ref,
 		},
 	}
 	if _, err := adm.ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
@@ -597,3 +610,41 @@ func TestFenceLag(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// TestFenceBindingSelectsTheClaimersLeases: deploy/fence's binding as
+// shipped (its paramRef's label selector, in the test's namespace) fences
+// the writes under every Lease a leader.Claimer created — here two shard
+// Leases —, and not under a Lease without the claimer's label.
+func TestFenceBindingSelectsTheClaimersLeases(t *testing.T) {
+	cp := shared.controlPlane(t)
+	ctx := testContext(t, 2*time.Minute)
+	ns, err := cp.NewNamespace(ctx, "fs-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nn := routeName(createRoutes(t, ctx, cp, ns, 1)[0])
+	var binding admissionv1.ValidatingAdmissionPolicyBinding
+	fenceFile(t, "binding.yaml", &binding)
+	ref := *binding.Spec.ParamRef
+	if ref.Selector == nil || ref.Name != "" {
+		t.Fatalf("deploy/fence/binding.yaml's paramRef %+v: want a label selector", ref)
+	}
+	ref.Namespace = ns
+	installFenceWith(t, ctx, cp, "e2e-fence-"+ns, ref)
+	for _, lease := range []string{"fs-shard-0-of-2", "fs-shard-1-of-2"} {
+		a := startLibReplica(t, libConfig{Namespace: ns, Lease: lease, Identity: "fs-a-" + lease, LeaseDuration: 4 * time.Second,
+			RetryPeriod: 250 * time.Millisecond, Leases: cp.AdminConfig()})
+		waitLeads(t, ctx, a)
+		waitFenced(t, ctx, cp, nn, lease, "not-"+a.id)
+		if o := probeFence(ctx, cp, nn, lease, a.id); o != outcome.OK {
+			t.Errorf("a write naming the holder %s under %s: %s, want admitted", a.id, lease, o)
+		}
+	}
+	unlabelled := &coordv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "fs-unlabelled", Namespace: ns}, Spec: coordv1.LeaseSpec{HolderIdentity: ptrTo("someone")}}
+	if _, err := cp.AdminClient().CoordinationV1().Leases(ns).Create(ctx, unlabelled, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if o := probeFence(ctx, cp, nn, unlabelled.Name, "someone-else"); o != outcome.OK {
+		t.Errorf("a write naming another writer under a Lease without the label: %s, want admitted (the binding does not select it)", o)
+	}
+}
