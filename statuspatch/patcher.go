@@ -316,7 +316,10 @@ func checkPatcher(gvr schema.GroupVersionResource, fieldManager string) error {
 // whose param is the Lease (the HTTPRoute example's deploy/fence) can deny
 // a write of a replica that no longer holds it. quietpatch.New and
 // NewSharded reject, naming the field, a Lease and identity that make the
-// field manager too long.
+// field manager too long. Each process is then a field manager of its own
+// on the objects it writes; the API server keeps managedFields bounded (an
+// update manager whose fields a later update took loses its entry, and
+// beyond 10 update managers the oldest merge into "ancient-changes").
 //
 // Self-check: after the first write under each Lease, the copy sends one
 // dry-run PATCH (dryRun=All, body {}) that names another identity; when
