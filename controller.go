@@ -50,8 +50,10 @@ type Config struct {
 	// given once for every part (and, unless set there, for Lease).
 	statuspatch.Options
 	// Leases is the client the Controller competes for the Lease with:
-	// clientset.CoordinationV1(), with client-go's default rate limiter
-	// and no other traffic, so that renewals never wait behind patches.
+	// leader.NewLeaseClient(restConfig), which has no client-side rate
+	// limiter, so that a renewal never waits in one. A client with
+	// client-go's limiter (QPS > 0, or 0: 5 a second) is rejected
+	// (leader.CheckLeaseClient).
 	Leases coordinationv1client.LeasesGetter
 	// Lease configures the claimer (see leader.Config); Identity defaults
 	// to leader.DefaultIdentity(), Clock, Logger and Meter to Options'.
@@ -244,6 +246,9 @@ func (cfg Config) complete() (Config, error) {
 		return bad("Shards", fmt.Sprintf("must be >= 0, got %d", cfg.Shards))
 	case cfg.SyncTimeout < 0:
 		return bad("SyncTimeout", fmt.Sprintf("must be >= 0 (0 means %s), got %s", DefaultSyncTimeout, cfg.SyncTimeout))
+	}
+	if err := leader.CheckLeaseClient(cfg.Leases); cfg.Observer == nil && err != nil {
+		return cfg, err
 	}
 	if cfg.Name == "" {
 		cfg.Name = "quietpatch" // statuspatch.Options' default

@@ -370,7 +370,7 @@ func TestInformerEventsAreReconciledWithoutWaitingForTheInterval(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	patcher, err := statuspatch.NewDynamicStatusPatcher(dyn, gvr, "test")
+	patcher, err := statuspatch.NewStatusPatcher(fakeREST(dyn, gvr), gvr, "test")
 	if err != nil {
 		t.Fatal(err)
 	}

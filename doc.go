@@ -10,7 +10,7 @@
 // informer's cache), a StatusComputer (their desired status, compared with
 // the current one) and a Patcher (the write), given to [New]:
 //
-//	func run(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, statusCfg *rest.Config) error {
+//	func run(ctx context.Context, dyn dynamic.Interface, cfg *rest.Config) error {
 //		gvr := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
 //		informers := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
 //		inf := informers.ForResource(gvr).Informer()
@@ -23,13 +23,18 @@
 //		if err != nil {
 //			return err
 //		}
+//		statusCfg := rest.CopyConfig(cfg)
 //		statusCfg.QPS = -1 // no client-side limit on the status client (see below)
 //		patcher, err := statuspatch.NewStatusPatcherForConfig(statusCfg, gvr, "example.com/widget-status")
 //		if err != nil {
 //			return err
 //		}
+//		leases, err := leader.NewLeaseClient(cfg) // none on the Lease client either
+//		if err != nil {
+//			return err
+//		}
 //		ctrl, err := quietpatch.New(source.Informer[*Widget](inf), computer, patcher, quietpatch.Config{
-//			Leases: kube.CoordinationV1(),
+//			Leases: leases,
 //			Lease:  leader.Config{Namespace: "widgets-system", Name: "widget-status"},
 //		})
 //		if err != nil {
@@ -53,10 +58,15 @@
 // client-side rate limiter off (QPS -1): client-go's default of 5 requests
 // a second caps a controller at 5 patches a second, whatever the server
 // absorbs. The API server's Priority and Fairness protects the server; the
-// dispatcher's adaptive in-flight limit protects its latency. Keep
-// client-go's default limiter on the Lease client, so renewals never wait
-// behind patches. [statuspatch.NewStatusPatcherForConfig] also leaves a
-// 429's Retry-After to the dispatcher, which then holds every call back.
+// dispatcher's adaptive in-flight limit protects its latency.
+// [statuspatch.NewStatusPatcherForConfig] also leaves a 429's Retry-After
+// to the dispatcher, which then holds every call back, and tells the API
+// server each call's deadline (see What holds). The Lease client is
+// [leader.NewLeaseClient]'s, with no client-side limiter either: in one,
+// Lease requests wait behind each other — with K shards, K claims, a
+// membership Lease and a list every RetryPeriod —, and a late renewal
+// loses the claim. New and NewSharded reject a Lease client with
+// client-go's limiter, naming Config.Leases.
 //
 // # What holds
 //
@@ -91,23 +101,44 @@
 // local clock, the patch was computed under that claim's epoch, and at
 // least a margin of the claim is left; its call's deadline is at most what
 // is left of the claim, and the call is cancelled the moment the claim ends
-// involuntarily (lost, run out, new epoch). Cancelling a call does not stop
-// a write the API server has already begun: such a write may still be
-// committed after our claim ended, even after a successor took over. Every
-// patch carries a metadata.resourceVersion precondition, and that is what
-// makes a late write fail whenever the object changed since we read it —
-// in particular once the successor wrote its own status. When this replica
-// gives the Lease up on purpose (Run's context cancelled, or
-// leader.Claimer.Relinquish), no new call starts and the calls in flight are
-// not cancelled: they run until the API server answers. The Lease is
-// vacated only if every call made under the claim got an answer that
-// settles it (success or a 4xx refusal); then no write of ours lands after
-// the vacate. If a call ended without one (a timeout, a broken connection,
-// a 5xx), the Lease is not vacated and a successor acquires only after a
-// full lease duration. A restarted process never inherits its
-// predecessor's claim: the default identity is unique per process, and a
-// claim under our identity that this process did not make is waited out
-// like anyone else's.
+// involuntarily (lost, run out, new epoch).
+//
+// What the API server enforces. The deadline travels with the request:
+// the patcher sends it as the timeout parameter, a little before the
+// client's own (statuspatch.ServerTimeout: a tenth less, at most 100 ms),
+// and the server, counting from when it received the request's headers,
+// gives the request up then (504, outcome abandoned) instead of
+// committing it — a PATCH whose body a paused process sends late does not
+// land after the claim ended. With the fence (optional,
+// statuspatch.DynamicStatusPatcher.WithFence and the HTTPRoute example's
+// deploy/fence), the field manager of every write names its writer,
+// <Lease namespace>/<Lease name>@<identity>, and a ValidatingAdmissionPolicy
+// whose param is the Lease denies at admission a write whose Lease names
+// another holder or none (outcome fenced: answered, not written).
+//
+// What remains. A request delayed before the server received its headers
+// (the network, a proxy, a process paused between building and sending
+// it) gets that delay, less the margin, on top of the claim. A storage
+// write that began before the deadline is finished even after the 504,
+// as it is after a client's cancel. The fence sees an acquisition only
+// once the server's cache of the Lease has (a lag of milliseconds:
+// docs/performance.md), and admits what it admitted before. Every patch
+// carries a metadata.resourceVersion precondition, and that is what makes
+// such a late write fail whenever the object changed since we read it —
+// in particular once the successor wrote its own status. The fence is
+// against lateness, not forgery: any client may name any writer.
+//
+// Giving the Lease up. When this replica gives it up on purpose (Run's
+// context cancelled, or leader.Claimer.Relinquish), no new call starts and
+// the calls in flight are not cancelled: they run until the API server
+// answers. The Lease is vacated only if every call made under the claim
+// got an answer that settles it (success or a 4xx refusal, fenced
+// included); then no write of ours lands after the vacate. If a call ended
+// without one (a timeout, a 504, a broken connection, a 5xx), the Lease is
+// not vacated and a successor acquires only after a full lease duration.
+// A restarted process never inherits its predecessor's claim: the default
+// identity is unique per process, and a claim under our identity that this
+// process did not make is waited out like anyone else's.
 //
 // # Stop order
 //
@@ -135,7 +166,7 @@
 // the unsharded pipeline (NewSharded then builds exactly New's, on one
 // informer).
 //
-//	func runSharded(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, statusCfg *rest.Config, widgetConditions func(*unstructured.Unstructured) ([]metav1.Condition, error)) error {
+//	func runSharded(ctx context.Context, dyn dynamic.Interface, cfg *rest.Config, widgetConditions func(*unstructured.Unstructured) ([]metav1.Condition, error)) error {
 //		gvr := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
 //		widgets := dyn.Resource(gvr)
 //		lw := &cache.ListWatch{ // NewSharded adds each shard's selector to opts
@@ -148,13 +179,18 @@
 //		if err != nil {
 //			return err
 //		}
+//		statusCfg := rest.CopyConfig(cfg)
 //		statusCfg.QPS = -1
 //		patcher, err := statuspatch.NewStatusPatcherForConfig(statusCfg, gvr, "example.com/widget-status")
 //		if err != nil {
 //			return err
 //		}
+//		leases, err := leader.NewLeaseClient(cfg)
+//		if err != nil {
+//			return err
+//		}
 //		sharded, err := quietpatch.NewSharded(lw, computer, patcher, quietpatch.Config{
-//			Leases: kube.CoordinationV1(),
+//			Leases: leases,
 //			Lease:  leader.Config{Namespace: "widgets-system", Name: "widget-status"},
 //			Shards: 8, // fixed for the deployment: the Lease names contain it
 //		})
@@ -252,7 +288,8 @@
 //	quietpatch.reconcile.objects           counter    {object}      pipeline, result: unchanged changed error             quietpatch_reconcile_objects_total
 //	quietpatch.reconcile.halted            counter    {pass}        pipeline                                              quietpatch_reconcile_halted_total
 //	quietpatch.dispatch.patches            counter    {patch}       pipeline, outcome: ok conflict not_found forbidden    quietpatch_dispatch_patches_total
-//	                                                                unauthorized invalid throttled timeout canceled error
+//	                                                                fenced unauthorized invalid throttled abandoned
+//	                                                                timeout canceled error
 //	quietpatch.dispatch.duration           histogram  s             pipeline, outcome (as patches)                        quietpatch_dispatch_duration_seconds
 //	quietpatch.dispatch.dropped            counter    {key}         pipeline, reason: unchanged deleted error not_leader  quietpatch_dispatch_dropped_total
 //	                                                                stale_epoch claim_ending released shutdown

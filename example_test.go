@@ -45,8 +45,10 @@ type WidgetStatus struct {
 // Widgets, the one function that says what their conditions should be, and
 // one call. Run waits for the cache, competes for the Lease, reconciles
 // every interval and on every change, patches only what changed, and stops
-// in the safe order. The clients here are client-go's fakes; a controller
-// passes real ones (and the same dynamic client to the patcher).
+// in the safe order. The clients here are client-go's fakes (fakeREST
+// applies the patcher's requests to the fake dynamic client); a controller
+// passes real ones, and builds the patcher with
+// statuspatch.NewStatusPatcherForConfig.
 func Example() {
 	gvr := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
 	widget := func(name string, size int64) *unstructured.Unstructured {
@@ -82,7 +84,7 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	patcher, err := statuspatch.NewDynamicStatusPatcher(dyn, gvr, "example.com/widget-status")
+	patcher, err := statuspatch.NewStatusPatcher(fakeREST(dyn, gvr), gvr, "example.com/widget-status")
 	if err != nil {
 		fmt.Println(err)
 		return

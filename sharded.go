@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/quietpatch/quietpatch/leader"
@@ -144,6 +145,9 @@ func NewSharded[O, S, P any](lw cache.ListerWatcher, comp statuspatch.StatusComp
 	gcfg := s.cfg.Lease
 	if s.group, err = leader.NewGroup(s.cfg.Leases, gcfg, k); err != nil {
 		return nil, prefix("Lease.", err)
+	}
+	if err := statuspatch.CheckFieldManager(patcher, statuspatch.WriteClaim{Identity: gcfg.Identity, LeaseNamespace: gcfg.Namespace, LeaseName: s.group.ShardLease(k - 1)}); err != nil {
+		return nil, err // the longest shard Lease name
 	}
 	s.log = s.cfg.Logger.With(slog.String("pipeline", s.cfg.Name))
 	for i, d := range s.cfg.Dependencies {
@@ -354,6 +358,7 @@ func (s *Sharded[O, S, P]) startLocked(ctx context.Context, i int) error {
 	cfg := s.cfg
 	cfg.Shards, cfg.Dependencies = 0, nil
 	cfg.Lease.Name = s.group.ShardLease(i)
+	cfg.Leases = checkedLeases{s.cfg.Leases} // the group warned about its limiter
 	cfg.Lease.Seen = s.group.Seen
 	cfg.Lease.Logger = s.cfg.Logger.With(slog.Int("shard", i))
 	cfg.Logger = cfg.Lease.Logger
@@ -391,6 +396,12 @@ func (s *Sharded[O, S, P]) startLocked(ctx context.Context, i int) error {
 		}
 	}()
 	return nil
+}
+
+// checkedLeases is the Lease client of the shards' claimers: the group
+// checked it already, and logged what there was to say.
+type checkedLeases struct {
+	coordinationv1client.LeasesGetter
 }
 
 // remove finishes a stopped shard: its instruments go.

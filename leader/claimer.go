@@ -47,6 +47,8 @@ type Claimer struct {
 
 	writersMu sync.Mutex
 	writers   map[*writerEntry]struct{}
+
+	unsizedLimiter string // its type, logged at Run: see CheckLeaseClient
 }
 
 // writerEntry is one registration of AddWriter; a pointer so that the same
@@ -77,13 +79,16 @@ type testHooks struct {
 var _ Observer = (*Claimer)(nil)
 
 // NewClaimer returns a Claimer for the Lease cfg.Namespace/cfg.Name, using
-// client for every request (pass clientset.CoordinationV1() of a
-// kubernetes.Interface). It applies the defaults documented on [Config] and
+// client for every request (pass [NewLeaseClient]'s; one with client-go's
+// rate limiter is rejected, see [CheckLeaseClient]). It applies the defaults documented on [Config] and
 // returns an error wrapping [ErrInvalidConfig], naming the field, for an
 // impossible configuration. NewClaimer makes no API request.
 func NewClaimer(client coordinationv1client.LeasesGetter, cfg Config) (*Claimer, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: client must not be nil", ErrInvalidConfig)
+	}
+	if err := CheckLeaseClient(client); err != nil {
+		return nil, err
 	}
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -102,6 +107,8 @@ func NewClaimer(client coordinationv1client.LeasesGetter, cfg Config) (*Claimer,
 		kick:         make(chan struct{}, 1),
 		relinquishCh: make(chan relinquishReq),
 		done:         make(chan struct{}),
+
+		unsizedLimiter: unsizedLimiter(client),
 	}, nil
 }
 
@@ -277,6 +284,9 @@ func (c *Claimer) Run(ctx context.Context) error {
 	}
 	c.state = running
 	c.mu.Unlock()
+	if c.unsizedLimiter != "" {
+		c.log.Warn(limiterWarning, "limiter", c.unsizedLimiter)
+	}
 
 	unregister, err := c.in.observe(func() bool {
 		return c.Current().IsCurrentFor(c.cfg.Identity, c.clk.Now())
@@ -553,7 +563,7 @@ func (l *loop) create(ctx context.Context) error {
 	}
 	now := c.clk.Now()
 	lease := &coordv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Name: c.cfg.Name, Namespace: c.cfg.Namespace},
+		ObjectMeta: metav1.ObjectMeta{Name: c.cfg.Name, Namespace: c.cfg.Namespace, Labels: map[string]string{LeaseLabel: "true"}},
 		Spec: coordv1.LeaseSpec{
 			HolderIdentity:       ptr(c.cfg.Identity),
 			LeaseDurationSeconds: ptr(int32(c.cfg.LeaseDuration / time.Second)),
@@ -582,6 +592,7 @@ func (l *loop) acquire(ctx context.Context) error {
 	}
 	now := c.clk.Now()
 	next := l.lease.DeepCopy()
+	metav1.SetMetaDataLabel(&next.ObjectMeta, LeaseLabel, "true")
 	next.Spec.HolderIdentity = ptr(c.cfg.Identity)
 	next.Spec.LeaseDurationSeconds = ptr(int32(c.cfg.LeaseDuration / time.Second))
 	next.Spec.AcquireTime = &metav1.MicroTime{Time: now}

@@ -43,6 +43,8 @@ type Group struct {
 	lists   int   // successful lists
 	err     error // last list or renewal failure, nil once one succeeds
 	changed chan struct{}
+
+	unsizedLimiter string // its type, logged at Run: see CheckLeaseClient
 }
 
 type observed struct {
@@ -68,6 +70,9 @@ func NewGroup(client coordinationv1client.LeasesGetter, cfg Config, shards int) 
 	if client == nil {
 		return nil, &ConfigError{Field: "Leases", Reason: "must not be nil"}
 	}
+	if err := CheckLeaseClient(client); err != nil {
+		return nil, err
+	}
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -78,7 +83,7 @@ func NewGroup(client coordinationv1client.LeasesGetter, cfg Config, shards int) 
 	g := &Group{
 		leases: client.Leases(cfg.Namespace), cfg: cfg, shards: shards, clk: cfg.Clock,
 		log: cfg.Logger, seen: map[string]observed{}, holders: make([]string, shards),
-		changed: make(chan struct{}, 1),
+		changed: make(chan struct{}, 1), unsizedLimiter: unsizedLimiter(client),
 	}
 	for i := range shards {
 		if name := g.ShardLease(i); len(name) > 253 {
@@ -163,6 +168,9 @@ func (g *Group) Run(ctx context.Context) error {
 	g.log.Info("leader: joining the shard group", slog.String("group", g.cfg.Name),
 		slog.String("member", g.MemberLease()), slog.Int("shards", g.shards))
 	defer g.leave()
+	if g.unsizedLimiter != "" {
+		g.log.Warn(limiterWarning, "limiter", g.unsizedLimiter)
+	}
 	var renewed time.Time
 	period := g.cfg.LeaseDuration - g.cfg.RenewGrace
 	for {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -86,9 +85,9 @@ func (p ApplyPatch) Body(gvk schema.GroupVersionKind) ([]byte, error) {
 // ApplyStatusPatcher applies [ApplyPatch]es to the status subresource of
 // one resource: one PATCH .../<resource>/<name>/status request with content
 // type application/apply-patch+yaml, its field manager and force=true, and
-// the time left to its context's deadline as the request's timeout
-// parameter, so that the API server abandons a request that outlives the
-// claim rather than commit it late. Force is safe because an ApplyPatch
+// its context's deadline as the request's timeout parameter
+// ([ServerTimeout]), so that the API server abandons a request that
+// outlives the claim rather than commit it late. Force is safe because an ApplyPatch
 // holds only this writer's own fields: it takes over only a field another
 // manager wrote too — the same value written by an earlier version of this
 // controller through a merge patch, say —, never another writer's
@@ -142,8 +141,8 @@ func NewApplyStatusPatcherForConfig(cfg *rest.Config, gvr schema.GroupVersionRes
 // Patch applies p. It returns the client's error unchanged (see package
 // statuspatch/outcome); an [ErrInvalidPatch] without sending anything when
 // p is malformed; and, without sending anything, an error wrapping
-// context.DeadlineExceeded when less than a millisecond is left to ctx's
-// deadline.
+// context.DeadlineExceeded when ctx's deadline leaves no time
+// ([ServerTimeout]).
 func (a *ApplyStatusPatcher) Patch(ctx context.Context, p ApplyPatch) error {
 	body, err := p.Body(a.gvk)
 	if err != nil {
@@ -157,31 +156,10 @@ func (a *ApplyStatusPatcher) Patch(ctx context.Context, p ApplyPatch) error {
 		path = append(path, "namespaces", p.Namespace)
 	}
 	path = append(path, a.gvr.Resource, p.Name, "status")
-	req := a.rest.Patch(types.ApplyYAMLPatchType).AbsPath(path...).
-		Param("fieldManager", a.fieldManager).Param("force", "true").MaxRetries(0)
-	timeout, ok, err := applyTimeout(ctx, time.Now())
+	req, err := withServerTimeout(ctx, a.rest.Patch(types.ApplyYAMLPatchType).AbsPath(path...).
+		Param("fieldManager", a.fieldManager).Param("force", "true").MaxRetries(0))
 	if err != nil {
-		return fmt.Errorf("statuspatch: apply status of %s/%s: %w", p.Namespace, p.Name, err)
-	}
-	if ok {
-		req = req.Timeout(timeout)
+		return fmt.Errorf("statuspatch: apply status of %s/%s %w", p.Namespace, p.Name, err)
 	}
 	return req.Body(body).Do(ctx).Error()
-}
-
-// applyTimeout returns the timeout parameter of a request made at now
-// under ctx: the time left to ctx's deadline, floored to a millisecond
-// (the server's limit is never later than ours); false when ctx has no
-// deadline. With less than a millisecond left it fails with
-// context.DeadlineExceeded: a timeout of 0 would mean none.
-func applyTimeout(ctx context.Context, now time.Time) (time.Duration, bool, error) {
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		return 0, false, nil
-	}
-	left := deadline.Sub(now).Truncate(time.Millisecond)
-	if left <= 0 {
-		return 0, false, fmt.Errorf("%w: %s left before the request", context.DeadlineExceeded, deadline.Sub(now))
-	}
-	return left, true, nil
 }

@@ -81,6 +81,7 @@ type Dispatcher[O, S, P any] struct {
 	comp    StatusComputer[O, S, P]
 	patcher Patcher[P]
 	leader  leader.Observer
+	writer  WriteClaim // without the epoch
 	opts    Options
 	lim     *limiter
 	inst    *dispatchInstruments
@@ -99,13 +100,24 @@ type Dispatcher[O, S, P any] struct {
 // DiffOptions, Name, Logger, Meter and Clock of opts. If l has an
 // AddWriter(leader.Writer) func() method, as *leader.Claimer does, the
 // dispatcher registers itself so that the claimer quiesces it before it
-// gives the Lease up.
+// gives the Lease up. Every call's context carries the [WriteClaim]: l's
+// Identity, the Lease if l has a Config() leader.Config method (as
+// *leader.Claimer has), and the epoch of the claim; a patcher that names
+// the writer in its field manager and cannot (see [CheckFieldManager]) is
+// rejected here, with a *leader.ConfigError.
 func NewDispatcher[O, S, P any](q *PatchQueue[types.NamespacedName], src Source[O], comp StatusComputer[O, S, P], patcher Patcher[P], l leader.Observer, opts Options) (*Dispatcher[O, S, P], error) {
 	if err := checkParts(src, comp, q, l); err != nil {
 		return nil, err
 	}
 	if patcher == nil {
 		return nil, &leader.ConfigError{Field: "Patcher", Reason: "must not be nil"}
+	}
+	writer := WriteClaim{Identity: l.Identity()}
+	if c, ok := l.(interface{ Config() leader.Config }); ok {
+		writer.LeaseNamespace, writer.LeaseName = c.Config().Namespace, c.Config().Name
+	}
+	if err := CheckFieldManager(patcher, writer); err != nil {
+		return nil, err
 	}
 	opts, err := opts.complete()
 	if err != nil {
@@ -119,7 +131,7 @@ func NewDispatcher[O, S, P any](q *PatchQueue[types.NamespacedName], src Source[
 	if err != nil {
 		return nil, err
 	}
-	d := &Dispatcher[O, S, P]{queue: q, src: src, comp: comp, patcher: patcher, leader: l, opts: opts, lim: lim, stop: make(chan struct{})}
+	d := &Dispatcher[O, S, P]{queue: q, src: src, comp: comp, patcher: patcher, leader: l, writer: writer, opts: opts, lim: lim, stop: make(chan struct{})}
 	if d.inst, err = newDispatchInstruments(opts, d.Stats); err != nil {
 		return nil, err
 	}
@@ -301,9 +313,12 @@ func (d *Dispatcher[O, S, P]) build(key types.NamespacedName) (payload P, reason
 	return payload, "", nil
 }
 
-// call makes one patch call and accounts for it.
+// call makes one patch call, under the claim of c's epoch, and accounts
+// for it.
 func (d *Dispatcher[O, S, P]) call(key types.NamespacedName, c call, payload P, timeout time.Duration) {
-	ctx, cancel := context.WithTimeout(c.ec.ctx, timeout)
+	w := d.writer
+	w.Epoch = c.ec.epoch
+	ctx, cancel := context.WithTimeout(WithWriteClaim(c.ec.ctx, w), timeout)
 	start := d.opts.Clock.Now()
 	err := d.patcher.Patch(ctx, payload)
 	elapsed := d.opts.Clock.Since(start)
@@ -329,7 +344,7 @@ func (d *Dispatcher[O, S, P]) call(key types.NamespacedName, c call, payload P, 
 	}
 	level := slog.LevelDebug
 	switch o {
-	case outcome.Forbidden, outcome.Unauthorized, outcome.Invalid, outcome.Timeout, outcome.Error:
+	case outcome.Forbidden, outcome.Unauthorized, outcome.Invalid, outcome.Abandoned, outcome.Timeout, outcome.Error:
 		last := counter(&d.lastWarn, o)
 		prev := last.Load()
 		if start.UnixNano()-prev >= int64(time.Minute) && last.CompareAndSwap(prev, start.UnixNano()) {

@@ -908,7 +908,9 @@ func TestDispatchClassifiesAndDoesNotRetry(t *testing.T) {
 		{apierrors.NewUnauthorized("token expired"), outcome.Unauthorized, true},
 		{apierrors.NewInvalid(schema.GroupKind{Kind: "HTTPRoute"}, "a", nil), outcome.Invalid, true},
 		{apierrors.NewTooManyRequests("slow down", 1), outcome.Throttled, false},
-		{apierrors.NewTimeoutError("server gave up", 1), outcome.Timeout, true},
+		{apierrors.NewForbidden(gr, "a", errors.New(outcome.FenceMessage+" the Lease ns/l is held by b, not a")), outcome.Fenced, false},
+		{apierrors.NewTimeoutError("server gave up", 1), outcome.Abandoned, true},
+		{apierrors.NewServerTimeout(gr, "patch", 1), outcome.Timeout, true},
 		{errors.New("connection refused"), outcome.Error, true},
 	} {
 		t.Run(string(c.want), func(t *testing.T) {

@@ -43,6 +43,16 @@
 // list replaces the other writers' entries. Package statuspatch/conditions
 // builds both (conditions.Computer, conditions.Applier).
 //
+// Both patchers tell the API server each call's deadline, the timeout
+// parameter from [ServerTimeout], so that the server gives a call up at
+// the end of the claim instead of committing it late; a custom [Patcher]
+// must do the same. [DynamicStatusPatcher.WithFence] also names the writer
+// in every write's field manager ([FencedFieldManager] of the call's
+// [WriteClaim]), for a ValidatingAdmissionPolicy whose param is the Lease
+// to deny the writes of a replica that no longer holds it. Not the apply
+// patcher: its field manager is the owner of its fields, the same in
+// every replica.
+//
 // The parts share one [Options]: the pipeline's name, clock, logger and
 // meter, and the few numbers that size it; every field has a default.
 // Errors for an invalid configuration are *leader.ConfigError naming the

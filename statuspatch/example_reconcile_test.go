@@ -5,17 +5,19 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
-	dynamicfake "k8s.io/client-go/dynamic/fake"
+	restfake "k8s.io/client-go/rest/fake"
 
 	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch"
@@ -157,39 +159,42 @@ func ExampleReconciler() {
 }
 
 // The ready patcher sends a JSON merge patch of the status subresource with
-// a resourceVersion precondition and a field manager. Here it talks to
-// client-go's fake dynamic client.
+// a resourceVersion precondition, a field manager, and the call's deadline
+// as the timeout parameter, which the API server enforces. Here it talks
+// to client-go's fake REST client.
 func ExampleDynamicStatusPatcher() {
 	gvr := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
-	widget := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "example.com/v1", "kind": "Widget",
-		"metadata": map[string]any{"namespace": "demo", "name": "a", "resourceVersion": "7"},
-	}}
-	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{gvr: "WidgetList"}, widget)
-
-	patcher, err := statuspatch.NewDynamicStatusPatcher(client, gvr, "example.com/widget-status")
+	client := &restfake.RESTClient{
+		NegotiatedSerializer: serializer.NewCodecFactory(runtime.NewScheme()).WithoutConversion(),
+		Client: restfake.CreateHTTPClient(func(req *http.Request) (*http.Response, error) {
+			body, _ := io.ReadAll(req.Body)
+			q := req.URL.Query()
+			timeout, _ := time.ParseDuration(q.Get("timeout"))
+			fmt.Println(req.Method, req.URL.Path, "fieldManager="+q.Get("fieldManager"),
+				"timeout within the deadline:", timeout > 0 && timeout < 5*time.Second)
+			fmt.Println(string(body))
+			return &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"application/json"}},
+				Body: io.NopCloser(strings.NewReader(`{}`))}, nil
+		}),
+	}
+	patcher, err := statuspatch.NewStatusPatcher(client, gvr, "example.com/widget-status")
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	err = patcher.Patch(context.Background(), statuspatch.MergePatch{
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err = patcher.Patch(ctx, statuspatch.MergePatch{
 		Namespace: "demo", Name: "a", ResourceVersion: "7", Status: json.RawMessage(`{"phase":"Ready"}`),
 	})
 	fmt.Println("patch:", outcome.Of(err))
-	for _, a := range client.Actions() {
-		fmt.Println(a.GetVerb(), a.GetResource().Resource, a.GetSubresource())
-	}
-	got, _ := client.Resource(gvr).Namespace("demo").Get(context.Background(), "a", metav1.GetOptions{})
-	phase, _, _ := unstructured.NestedString(got.Object, "status", "phase")
-	fmt.Println("status.phase:", phase)
 
 	// Without a resourceVersion there is no precondition: nothing is sent.
-	err = patcher.Patch(context.Background(), statuspatch.MergePatch{Namespace: "demo", Name: "a", Status: json.RawMessage(`{}`)})
+	err = patcher.Patch(ctx, statuspatch.MergePatch{Namespace: "demo", Name: "a", Status: json.RawMessage(`{}`)})
 	fmt.Println(errors.Is(err, statuspatch.ErrInvalidPatch))
 	// Output:
+	// PATCH /apis/example.com/v1/namespaces/demo/widgets/a/status fieldManager=example.com/widget-status timeout within the deadline: true
+	// {"metadata":{"resourceVersion":"7"},"status":{"phase":"Ready"}}
 	// patch: ok
-	// patch widgets status
-	// status.phase: Ready
 	// true
 }

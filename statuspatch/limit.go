@@ -345,7 +345,7 @@ func (l *limiter) oldestCall() int64 {
 // then the limit shrinks by 10 %.
 func (l *limiter) sampleLocked(now time.Time, latency time.Duration, err error, saturated bool) {
 	switch outcome.Of(err) {
-	case outcome.Throttled, outcome.Timeout:
+	case outcome.Throttled, outcome.Abandoned, outcome.Timeout:
 		if l.adaptive {
 			l.shrinkLocked(now, limitBackoff)
 		}

@@ -6,26 +6,50 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"reflect"
+	"sync"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+
+	"github.com/quietpatch/quietpatch/leader"
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 // ErrInvalidPatch is returned (wrapped) by a patcher for a patch it refuses
 // to send, such as a [MergePatch] without a resourceVersion precondition.
 var ErrInvalidPatch = errors.New("statuspatch: invalid patch")
 
-// Patcher applies one patch to the API server. The [Dispatcher] calls it with
-// a context whose deadline is min(PatchTimeout, time left on the leader's
-// claim); an implementation must return when the context is done, and should
-// return the API server's error as the client returns it (a
-// *k8serrors.StatusError), so that outcome.Of (package statuspatch/outcome)
-// can tell conflicts, not-found, forbidden and throttling apart, and a 429's
-// Retry-After reaches the dispatcher. Patch may be called from several
-// goroutines at once, never twice at once for the same key.
+// Patcher applies one patch to the API server. The [Dispatcher] calls it
+// with a context whose deadline is min(PatchTimeout, time left on the
+// leader's claim), and which carries the [WriteClaim] the call is made
+// under ([WriteClaimFrom]). An implementation must:
+//
+//   - tell the API server the deadline: send the query parameter
+//     timeout=d.String() with d, ok := [ServerTimeout](ctx), and send
+//     nothing when ok is false (return an error wrapping
+//     context.DeadlineExceeded). The server counts d from when it received
+//     the request's headers and abandons the request then, answering 504,
+//     instead of committing a write that outlived the claim (say, one whose
+//     body a paused process sent late). client-go's typed and dynamic
+//     clients and controller-runtime's cannot set the parameter: build the
+//     request on a rest.Interface, as [NewStatusPatcher] does;
+//   - return when ctx is done;
+//   - return the API server's error as the client returns it (a
+//     *k8serrors.StatusError), so that outcome.Of (package
+//     statuspatch/outcome) can tell conflicts, not-found, forbidden,
+//     fenced, throttling and abandoned calls apart, and a 429's
+//     Retry-After reaches the dispatcher;
+//   - to be fenced by the API server, name the writer in the field
+//     manager: [FencedFieldManager](claim).
+//
+// Patch may be called from several goroutines at once, never twice at once
+// for the same key.
 type Patcher[P any] interface {
 	// Patch applies patch, returning when done or when ctx ends.
 	Patch(ctx context.Context, patch P) error
@@ -111,58 +135,161 @@ func (p MergePatch) key() string {
 	return types.NamespacedName{Namespace: p.Namespace, Name: p.Name}.String()
 }
 
-// DynamicStatusPatcher applies [MergePatch]es to the status subresource of
-// one resource through client-go's dynamic client: one PATCH
-// .../<resource>/<name>/status request with content type
-// application/merge-patch+json and the configured field manager. It works for
-// any resource with a status subresource, built-in or custom. It is safe for
-// concurrent use.
-type DynamicStatusPatcher struct {
-	client       dynamic.NamespaceableResourceInterface // nil when rest is set
-	rest         rest.Interface                         // NewStatusPatcherForConfig
-	gvr          schema.GroupVersionResource
-	fieldManager string
+// ServerTimeoutMargin bounds how much earlier than ctx's deadline
+// [ServerTimeout] tells the API server to give a request up.
+const ServerTimeoutMargin = 100 * time.Millisecond
+
+// ServerTimeout is [ServerTimeoutAt] of time.Now().
+func ServerTimeout(ctx context.Context) (d time.Duration, ok bool) {
+	return ServerTimeoutAt(ctx, time.Now())
 }
 
-// NewDynamicStatusPatcher returns a patcher for the status of resource gvr.
-// fieldManager names the writer in managedFields (PatchOptions.FieldManager);
-// make it descriptive, e.g. "example.com/route-status-controller". The API
-// server limits it to 128 characters.
-func NewDynamicStatusPatcher(client dynamic.Interface, gvr schema.GroupVersionResource, fieldManager string) (*DynamicStatusPatcher, error) {
-	switch {
-	case client == nil:
-		return nil, errors.New("statuspatch: NewDynamicStatusPatcher: client must not be nil")
-	case gvr.Resource == "" || gvr.Version == "":
-		return nil, fmt.Errorf("statuspatch: NewDynamicStatusPatcher: gvr needs a version and a resource, got %q", gvr.String())
-	case fieldManager == "":
-		return nil, errors.New("statuspatch: NewDynamicStatusPatcher: fieldManager must not be empty")
-	case len(fieldManager) > 128:
-		return nil, fmt.Errorf("statuspatch: NewDynamicStatusPatcher: fieldManager must be at most 128 characters, got %d", len(fieldManager))
+// ServerTimeoutAt returns the timeout to send the API server, as the query
+// parameter timeout, for a request made at now under ctx: what is left of
+// ctx's deadline, less a tenth of it but at most [ServerTimeoutMargin],
+// floored to the millisecond. The margin lets the server's 504 reach the
+// client before the client's own deadline, so that the call is counted as
+// abandoned by the server (outcome.Abandoned) rather than timed out. The
+// server counts the timeout from when it received the request's headers:
+// a request delayed before that by more than the margin gets as much more
+// time, counted from its sending.
+//
+// ok is false when ctx is done or less than a millisecond would be left:
+// send nothing (the server reads a timeout of 0 as its own default, 60 s).
+// Without a deadline it returns 0, true: send no timeout.
+func ServerTimeoutAt(ctx context.Context, now time.Time) (d time.Duration, ok bool) {
+	deadline, has := ctx.Deadline()
+	if !has {
+		return 0, ctx.Err() == nil
 	}
-	return &DynamicStatusPatcher{client: client.Resource(gvr), gvr: gvr, fieldManager: fieldManager}, nil
+	left := deadline.Sub(now)
+	left -= min(left/10, ServerTimeoutMargin)
+	d = left.Truncate(time.Millisecond)
+	if d < time.Millisecond || ctx.Err() != nil {
+		return 0, false
+	}
+	return d, true
+}
+
+// withServerTimeout returns req with ctx's deadline as its timeout
+// parameter ([ServerTimeout]) and no client-side timeout beyond ctx's (so
+// that the server's 504 can reach the client first), or an error wrapping
+// context.DeadlineExceeded when the deadline leaves no time: send nothing.
+func withServerTimeout(ctx context.Context, req *rest.Request) (*rest.Request, error) {
+	timeout, ok := ServerTimeout(ctx)
+	if !ok {
+		return nil, fmt.Errorf("not sent: its deadline leaves no time: %w", context.DeadlineExceeded)
+	}
+	// Timeout(0): client-go would otherwise set the parameter from its own
+	// (rest.Config.Timeout) and cut the request there.
+	req = req.Timeout(0)
+	if timeout > 0 {
+		req = req.Param("timeout", timeout.String())
+	}
+	return req, nil
+}
+
+// MaxFieldManager is the length the API server allows a field manager.
+const MaxFieldManager = 128
+
+// WriteClaim is who makes a write: the replica's identity, the Lease it
+// holds and the epoch of its claim. The [Dispatcher] attaches it to the
+// context of every Patcher call; a Patcher reads it with [WriteClaimFrom].
+type WriteClaim struct {
+	// Identity is the holder identity of the claim (leader.Config.Identity).
+	Identity string
+	// LeaseNamespace and LeaseName name the Lease; empty when the
+	// leader.Observer does not tell (it has no Config() leader.Config
+	// method, as *leader.Claimer has).
+	LeaseNamespace, LeaseName string
+	// Epoch is the claim's epoch.
+	Epoch int64
+}
+
+type writeClaimKey struct{}
+
+// WithWriteClaim returns a copy of ctx that carries w.
+func WithWriteClaim(ctx context.Context, w WriteClaim) context.Context {
+	return context.WithValue(ctx, writeClaimKey{}, w)
+}
+
+// WriteClaimFrom returns the WriteClaim ctx carries, if any.
+func WriteClaimFrom(ctx context.Context) (WriteClaim, bool) {
+	w, ok := ctx.Value(writeClaimKey{}).(WriteClaim)
+	return w, ok
+}
+
+// FencedFieldManager returns the field manager of a write made by w under
+// the fence: <w.LeaseNamespace>/<w.LeaseName>@<w.Identity>. A
+// ValidatingAdmissionPolicy whose param is the Lease splits it at the
+// first "@" and denies the write when the Lease's spec.holderIdentity is
+// not the rest (the HTTPRoute example's deploy/fence). It names the Lease
+// whole: a Lease of the same name in another namespace has a binding of
+// its own, which must not judge this write. It replaces the patcher's own
+// field manager, for which the API server's [MaxFieldManager] characters
+// leave no room with the longest shard Lease names and identities made of
+// pod names. It fails, naming what to shorten, when the result is longer
+// than that, and when w names no Lease or identity.
+func FencedFieldManager(w WriteClaim) (string, error) {
+	if w.LeaseNamespace == "" || w.LeaseName == "" || w.Identity == "" {
+		return "", &leader.ConfigError{Field: "Observer", Reason: "must tell the Lease and the identity of the writer to fence its writes (leader.Claimer does)"}
+	}
+	fm := w.LeaseNamespace + "/" + w.LeaseName + "@" + w.Identity
+	if len(fm) > MaxFieldManager {
+		return "", &leader.ConfigError{Field: "Lease", Reason: fmt.Sprintf("namespace %q, name %q and identity %q make a fenced field manager of %d characters, more than the API server's %d: shorten Lease.Namespace, Lease.Name or Lease.Identity",
+			w.LeaseNamespace, w.LeaseName, w.Identity, len(fm), MaxFieldManager)}
+	}
+	return fm, nil
+}
+
+// DynamicStatusPatcher applies [MergePatch]es to the status subresource of
+// one resource, any resource with a status subresource, built-in or
+// custom: one PATCH .../<resource>/<name>/status request with content type
+// application/merge-patch+json, the configured field manager, and the
+// call's deadline as the timeout parameter ([ServerTimeout]). It leaves a
+// 429's Retry-After to the [Dispatcher]: client-go would retry a throttled
+// request by itself (up to 10 times, sleeping Retry-After in the calling
+// goroutine) while the other calls go on; without retries, the dispatcher
+// sees the 429 and holds every call back for the window. Build it with
+// [NewStatusPatcherForConfig] or [NewStatusPatcher]; [DynamicStatusPatcher.WithFence]
+// names the writer in each write instead. It is safe for concurrent use.
+type DynamicStatusPatcher struct {
+	rest         rest.Interface
+	gvr          schema.GroupVersionResource
+	fieldManager string
+	fence        *fenceCheck // nil: not fenced
+}
+
+// NewStatusPatcher returns a patcher for the status of resource gvr that
+// sends its requests through client, a REST client of the API server (its
+// base URL and content configuration are used; the paths are absolute):
+// rest.RESTClientFor, or a typed clientset's RESTClient(). fieldManager
+// names the writer in managedFields; make it descriptive, e.g.
+// "example.com/route-status-controller". The API server limits it to
+// [MaxFieldManager] characters.
+func NewStatusPatcher(client rest.Interface, gvr schema.GroupVersionResource, fieldManager string) (*DynamicStatusPatcher, error) {
+	if client == nil || reflect.ValueOf(client).Kind() == reflect.Pointer && reflect.ValueOf(client).IsNil() {
+		return nil, &leader.ConfigError{Field: "client", Reason: "must not be nil"}
+	}
+	if err := checkPatcher(gvr, fieldManager); err != nil {
+		return nil, err
+	}
+	return &DynamicStatusPatcher{rest: client, gvr: gvr, fieldManager: fieldManager}, nil
 }
 
 // NewStatusPatcherForConfig returns a patcher for the status of resource
 // gvr that talks to the API server described by cfg with a client of its
-// own, and leaves a 429's Retry-After to the [Dispatcher]: client-go
-// retries a throttled request by itself (up to 10 times, sleeping
-// Retry-After in the calling goroutine) while the other calls go on; with
-// retries off, the dispatcher sees the 429 and holds every call back for
-// the window. It is the patcher to use with the adaptive in-flight limit.
+// own. It is the patcher to use with the adaptive in-flight limit.
 //
 // cfg is copied. Its rate limiter applies as configured: set QPS to -1 to
 // turn client-side limiting off for status patches (see [Dispatcher]).
-// fieldManager is as for [NewDynamicStatusPatcher].
+// fieldManager is as for [NewStatusPatcher].
 func NewStatusPatcherForConfig(cfg *rest.Config, gvr schema.GroupVersionResource, fieldManager string) (*DynamicStatusPatcher, error) {
-	switch {
-	case cfg == nil:
-		return nil, errors.New("statuspatch: NewStatusPatcherForConfig: cfg must not be nil")
-	case gvr.Resource == "" || gvr.Version == "":
-		return nil, fmt.Errorf("statuspatch: NewStatusPatcherForConfig: gvr needs a version and a resource, got %q", gvr.String())
-	case fieldManager == "":
-		return nil, errors.New("statuspatch: NewStatusPatcherForConfig: fieldManager must not be empty")
-	case len(fieldManager) > 128:
-		return nil, fmt.Errorf("statuspatch: NewStatusPatcherForConfig: fieldManager must be at most 128 characters, got %d", len(fieldManager))
+	if cfg == nil {
+		return nil, &leader.ConfigError{Field: "cfg", Reason: "must not be nil"}
+	}
+	if err := checkPatcher(gvr, fieldManager); err != nil {
+		return nil, err
 	}
 	rc, err := rest.UnversionedRESTClientFor(dynamic.ConfigFor(rest.CopyConfig(cfg)))
 	if err != nil {
@@ -171,27 +298,172 @@ func NewStatusPatcherForConfig(cfg *rest.Config, gvr schema.GroupVersionResource
 	return &DynamicStatusPatcher{rest: rc, gvr: gvr, fieldManager: fieldManager}, nil
 }
 
-// Patch sends p. It returns the client's error unchanged (see package statuspatch/outcome),
-// or an [ErrInvalidPatch] without sending anything when p is malformed.
+func checkPatcher(gvr schema.GroupVersionResource, fieldManager string) error {
+	switch {
+	case gvr.Resource == "" || gvr.Version == "":
+		return &leader.ConfigError{Field: "gvr", Reason: fmt.Sprintf("needs a version and a resource, got %q", gvr.String())}
+	case fieldManager == "":
+		return &leader.ConfigError{Field: "fieldManager", Reason: "must not be empty"}
+	case len(fieldManager) > MaxFieldManager:
+		return &leader.ConfigError{Field: "fieldManager", Reason: fmt.Sprintf("must be at most %d characters, got %d", MaxFieldManager, len(fieldManager))}
+	}
+	return nil
+}
+
+// WithFence returns a copy of d whose writes name their writer: the field
+// manager of every write is [FencedFieldManager] of the call's
+// [WriteClaim], instead of d's own, so that a ValidatingAdmissionPolicy
+// whose param is the Lease (the HTTPRoute example's deploy/fence) can deny
+// a write of a replica that no longer holds it. quietpatch.New and
+// NewSharded reject, naming the field, a Lease and identity that make the
+// field manager too long. Each process is then a field manager of its own
+// on the objects it writes; the API server keeps managedFields bounded (an
+// update manager whose fields a later update took loses its entry, and
+// beyond 10 update managers the oldest merge into "ancient-changes").
+//
+// Self-check: after the first write under each Lease, the copy sends one
+// dry-run PATCH (dryRun=All, body {}) that names another identity; when
+// the API server does not deny it as fenced, logger receives one warning
+// naming the Lease and what to install (nil logger: slog.Default()). The
+// writes go on either way: the fence is the server's.
+func (d *DynamicStatusPatcher) WithFence(logger *slog.Logger) *DynamicStatusPatcher {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	c := *d
+	c.fence = &fenceCheck{log: logger, leases: map[string]bool{}}
+	return &c
+}
+
+// FieldManagerFor returns the field manager of a write by w: the fenced
+// one ([FencedFieldManager]) if d is fenced, else d's own.
+func (d *DynamicStatusPatcher) FieldManagerFor(w WriteClaim) (string, error) {
+	if d.fence == nil {
+		return d.fieldManager, nil
+	}
+	return FencedFieldManager(w)
+}
+
+// Patch sends p. It returns the client's error unchanged (see package
+// statuspatch/outcome); an [ErrInvalidPatch] without sending anything when
+// p is malformed, or when d is fenced and ctx carries no usable
+// [WriteClaim]; an error wrapping context.DeadlineExceeded, without
+// sending anything, when ctx leaves no time ([ServerTimeout]).
 func (d *DynamicStatusPatcher) Patch(ctx context.Context, p MergePatch) error {
 	body, err := p.Body()
 	if err != nil {
 		return err
 	}
-	if d.rest == nil {
-		_, err = d.client.Namespace(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, body,
-			metav1.PatchOptions{FieldManager: d.fieldManager}, "status")
-		return err
+	fm := d.fieldManager
+	w, _ := WriteClaimFrom(ctx)
+	if d.fence != nil {
+		if fm, err = FencedFieldManager(w); err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrInvalidPatch, p.key(), err)
+		}
 	}
+	err = d.send(ctx, p.Namespace, p.Name, body, fm, false)
+	if d.fence != nil {
+		d.fence.check(ctx, d, p, w, err)
+	}
+	return err
+}
+
+// CheckFieldManager returns the error patcher's FieldManagerFor(w) method
+// returns, if it has one (as [DynamicStatusPatcher] has): a fenced patcher
+// that cannot name the writer w in [MaxFieldManager] characters.
+// [NewDispatcher] checks its own writer, and quietpatch.NewSharded the one
+// with the longest shard Lease name, so that no write fails for it later.
+func CheckFieldManager(patcher any, w WriteClaim) error {
+	f, ok := patcher.(interface {
+		FieldManagerFor(WriteClaim) (string, error)
+	})
+	if !ok {
+		return nil
+	}
+	_, err := f.FieldManagerFor(w)
+	return err
+}
+
+// send makes one PATCH of the status of namespace/name.
+func (d *DynamicStatusPatcher) send(ctx context.Context, namespace, name string, body []byte, fieldManager string, dryRun bool) error {
 	path := []string{"/apis", d.gvr.Group, d.gvr.Version}
 	if d.gvr.Group == "" {
 		path = []string{"/api", d.gvr.Version}
 	}
-	if p.Namespace != "" {
-		path = append(path, "namespaces", p.Namespace)
+	if namespace != "" {
+		path = append(path, "namespaces", namespace)
 	}
-	path = append(path, d.gvr.Resource, p.Name, "status")
-	return d.rest.Patch(types.MergePatchType).AbsPath(path...).
-		Param("fieldManager", d.fieldManager).MaxRetries(0).
-		Body(body).Do(ctx).Error()
+	path = append(path, d.gvr.Resource, name, "status")
+	req, err := withServerTimeout(ctx, d.rest.Patch(types.MergePatchType).AbsPath(path...).
+		Param("fieldManager", fieldManager).MaxRetries(0))
+	if err != nil {
+		return fmt.Errorf("statuspatch: patch of %s/%s %w", namespace, name, err)
+	}
+	if dryRun {
+		req = req.Param("dryRun", metav1.DryRunAll)
+	}
+	return req.Body(body).Do(ctx).Error()
+}
+
+// unfencedWarning is the self-check's warning: the fence does not guard
+// a Lease's writes.
+const unfencedWarning = "statuspatch: the API server does not fence the writes under this Lease: a dry-run status write naming another writer was not denied; install the fence's ValidatingAdmissionPolicy and a binding whose paramRef selects this Lease (namespace the Lease's, and its name, or the selector quietpatch.io/claim=true for every shard Lease: see examples/httproute-status/deploy/fence)"
+
+// fenceCheck is a fenced patcher's self-check: one dry-run write per Lease
+// that names a writer other than the holder, which the fence must deny.
+type fenceCheck struct {
+	log *slog.Logger
+
+	mu     sync.Mutex
+	leases map[string]bool // namespace/name: checked (true) or being checked (false)
+	warned bool
+}
+
+// check follows a write under w's Lease that ended with werr: a write the
+// fence denied shows it works; after a write that succeeded, check makes
+// the dry-run write unless it was made, or is being made. One that gets
+// no answer is made again after a later write.
+func (f *fenceCheck) check(ctx context.Context, d *DynamicStatusPatcher, p MergePatch, w WriteClaim, werr error) {
+	lease := w.LeaseNamespace + "/" + w.LeaseName
+	f.mu.Lock()
+	_, seen := f.leases[lease]
+	switch {
+	case outcome.Of(werr) == outcome.Fenced:
+		f.leases[lease] = true
+		seen = true
+	case werr != nil:
+		seen = true // not now
+	case !seen:
+		f.leases[lease] = false
+	}
+	f.mu.Unlock()
+	if seen {
+		return
+	}
+	other := w
+	other.Identity = "~" + w.Identity[1:] // same length, never the holder
+	if w.Identity[0] == '~' {
+		other.Identity = "-" + w.Identity[1:]
+	}
+	fm, _ := FencedFieldManager(other) // w's fits: so does other's
+	err := d.send(ctx, p.Namespace, p.Name, []byte("{}"), fm, true)
+	o := outcome.Of(err)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !outcome.Answered(err) {
+		delete(f.leases, lease) // again after a later write
+		return
+	}
+	f.leases[lease] = true
+	if o == outcome.Fenced {
+		f.log.Debug("statuspatch: the fence guards the Lease", slog.String("lease", lease))
+		return
+	}
+	if f.warned {
+		f.log.Debug("statuspatch: the fence does not guard the Lease either", slog.String("lease", lease), slog.String("outcome", string(o)))
+		return
+	}
+	f.warned = true
+	f.log.Warn(unfencedWarning,
+		slog.String("lease", lease), slog.String("outcome", string(o)), slog.String("fieldManager", fm), slog.Any("error", err))
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -17,26 +18,29 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
+	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 // capturedRequest is what the fake API server saw.
 type capturedRequest struct {
 	Method, Path, ContentType, FieldManager string
+	Timeout, DryRun                         string // query parameters
 	Body                                    []byte
 }
 
-// fakeAPIServer answers every request with status and body, recording the
+// fakeAPIServer answers every request with status and body (a dry-run
+// request with dryStatus and dryBody when dryStatus is set), recording the
 // requests.
 type fakeAPIServer struct {
 	hdrName, hdrValue string
 	srv               *httptest.Server
-	client            dynamic.Interface
+	client            rest.Interface
 
-	mu     sync.Mutex
-	reqs   []capturedRequest
-	status int
-	body   string
+	mu                sync.Mutex
+	reqs              []capturedRequest
+	status, dryStatus int
+	body, dryBody     string
 }
 
 func newFakeAPIServer(t *testing.T) *fakeAPIServer {
@@ -45,11 +49,15 @@ func newFakeAPIServer(t *testing.T) *fakeAPIServer {
 	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		f.mu.Lock()
+		q := r.URL.Query()
 		f.reqs = append(f.reqs, capturedRequest{
 			Method: r.Method, Path: r.URL.Path, ContentType: r.Header.Get("Content-Type"),
-			FieldManager: r.URL.Query().Get("fieldManager"), Body: body,
+			FieldManager: q.Get("fieldManager"), Timeout: q.Get("timeout"), DryRun: q.Get("dryRun"), Body: body,
 		})
 		status, respBody, hn, hv := f.status, f.body, f.hdrName, f.hdrValue
+		if q.Get("dryRun") != "" && f.dryStatus != 0 {
+			status, respBody = f.dryStatus, f.dryBody
+		}
 		f.mu.Unlock()
 		if hn != "" {
 			w.Header().Set(hn, hv)
@@ -63,12 +71,19 @@ func newFakeAPIServer(t *testing.T) *fakeAPIServer {
 		tr.CloseIdleConnections()
 		f.srv.Close()
 	})
-	client, err := dynamic.NewForConfig(&rest.Config{Host: f.srv.URL, Transport: tr})
+	client, err := rest.UnversionedRESTClientFor(dynamic.ConfigFor(&rest.Config{Host: f.srv.URL, Transport: tr}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.client = client
 	return f
+}
+
+// respondToDryRun sets the answer to dry-run requests.
+func (f *fakeAPIServer) respondToDryRun(status int, body string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.dryStatus, f.dryBody = status, body
 }
 
 // header, when set, is a response header (name, value) the server adds.
@@ -96,7 +111,7 @@ func routesGVR() schema.GroupVersionResource {
 
 const okRoute = `{"apiVersion":"gateway.networking.k8s.io/v1","kind":"HTTPRoute","metadata":{"name":"r1","namespace":"ns"}}`
 
-func TestDynamicStatusPatcherRequest(t *testing.T) {
+func TestStatusPatcherRequest(t *testing.T) {
 	cases := []struct {
 		name      string
 		namespace string
@@ -109,11 +124,13 @@ func TestDynamicStatusPatcherRequest(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			api := newFakeAPIServer(t)
 			api.respond(http.StatusOK, okRoute)
-			p, err := NewDynamicStatusPatcher(api.client, routesGVR(), "example.com/route-status")
+			p, err := NewStatusPatcher(api.client, routesGVR(), "example.com/route-status")
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = p.Patch(context.Background(), MergePatch{
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			err = p.Patch(ctx, MergePatch{
 				Namespace: c.namespace, Name: "r1", ResourceVersion: "4711",
 				Status: json.RawMessage(`{"parents":[{"controllerName":"example.com/gw"}]}`),
 			})
@@ -134,6 +151,14 @@ func TestDynamicStatusPatcherRequest(t *testing.T) {
 			if r.FieldManager != "example.com/route-status" {
 				t.Errorf("fieldManager %q", r.FieldManager)
 			}
+			// The deadline, less the margin: 5 s less 100 ms, less what
+			// passed before the request was built.
+			if d, err := time.ParseDuration(r.Timeout); err != nil || d > 5*time.Second-ServerTimeoutMargin || d < 4*time.Second || d%time.Millisecond != 0 {
+				t.Errorf("timeout parameter %q (%v), want whole milliseconds in [4s, %v]", r.Timeout, err, 5*time.Second-ServerTimeoutMargin)
+			}
+			if r.DryRun != "" {
+				t.Errorf("dryRun %q on a write", r.DryRun)
+			}
 			var body struct {
 				Metadata struct {
 					ResourceVersion string `json:"resourceVersion"`
@@ -153,7 +178,7 @@ func TestDynamicStatusPatcherRequest(t *testing.T) {
 	}
 }
 
-func TestDynamicStatusPatcherErrorsClassify(t *testing.T) {
+func TestStatusPatcherErrorsClassify(t *testing.T) {
 	status := func(code int, reason string) string {
 		b, _ := json.Marshal(metav1.Status{
 			TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
@@ -170,15 +195,17 @@ func TestDynamicStatusPatcherErrorsClassify(t *testing.T) {
 		{http.StatusConflict, status(409, "Conflict"), outcome.Conflict},
 		{http.StatusNotFound, status(404, "NotFound"), outcome.NotFound},
 		{http.StatusForbidden, status(403, "Forbidden"), outcome.Forbidden},
+		{http.StatusForbidden, fenceDenial, outcome.Fenced},
+		{http.StatusGatewayTimeout, status(504, "Timeout"), outcome.Abandoned},
 		{http.StatusTooManyRequests, status(429, "TooManyRequests"), outcome.Throttled},
 		{http.StatusUnprocessableEntity, status(422, "Invalid"), outcome.Invalid},
 		{http.StatusInternalServerError, status(500, "InternalError"), outcome.Error},
 	}
 	for _, c := range cases {
-		t.Run(string(c.want), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%d %s", c.code, c.want), func(t *testing.T) {
 			api := newFakeAPIServer(t)
 			api.respond(c.code, c.body)
-			p, err := NewDynamicStatusPatcher(api.client, routesGVR(), "test")
+			p, err := NewStatusPatcher(api.client, routesGVR(), "test")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -193,7 +220,7 @@ func TestDynamicStatusPatcherErrorsClassify(t *testing.T) {
 	}
 }
 
-func TestDynamicStatusPatcherRejectsInvalidPatch(t *testing.T) {
+func TestStatusPatcherRejectsInvalidPatch(t *testing.T) {
 	cases := []struct {
 		name  string
 		patch MergePatch
@@ -206,7 +233,7 @@ func TestDynamicStatusPatcherRejectsInvalidPatch(t *testing.T) {
 		{"status not JSON", MergePatch{Namespace: "ns", Name: "r", ResourceVersion: "1", Status: json.RawMessage(`{"a":`)}, "Status"},
 	}
 	api := newFakeAPIServer(t)
-	p, err := NewDynamicStatusPatcher(api.client, routesGVR(), "test")
+	p, err := NewStatusPatcher(api.client, routesGVR(), "test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,28 +273,31 @@ func TestNewMergePatch(t *testing.T) {
 	}
 }
 
-func TestNewDynamicStatusPatcherValidation(t *testing.T) {
+func TestNewStatusPatcherValidation(t *testing.T) {
 	api := newFakeAPIServer(t)
+	var nilClient *rest.RESTClient
 	cases := []struct {
 		name   string
-		client dynamic.Interface
+		client rest.Interface
 		gvr    schema.GroupVersionResource
 		fm     string
-		want   string
+		want   string // the ConfigError's field
 	}{
 		{"valid", api.client, routesGVR(), "fm", ""},
 		{"nil client", nil, routesGVR(), "fm", "client"},
+		{"nil pointer client", nilClient, routesGVR(), "fm", "client"},
 		{"no resource", api.client, schema.GroupVersionResource{Version: "v1"}, "fm", "gvr"},
 		{"no field manager", api.client, routesGVR(), "", "fieldManager"},
 		{"long field manager", api.client, routesGVR(), strings.Repeat("x", 129), "fieldManager"},
 	}
 	for _, c := range cases {
-		_, err := NewDynamicStatusPatcher(c.client, c.gvr, c.fm)
+		_, err := NewStatusPatcher(c.client, c.gvr, c.fm)
+		var ce *leader.ConfigError
 		switch {
 		case c.want == "" && err != nil:
 			t.Errorf("%s: %v", c.name, err)
-		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
-			t.Errorf("%s: err = %v, want one naming %s", c.name, err, c.want)
+		case c.want != "" && (!errors.As(err, &ce) || ce.Field != c.want):
+			t.Errorf("%s: err = %v, want a ConfigError naming %s", c.name, err, c.want)
 		}
 	}
 }
@@ -331,8 +361,8 @@ func TestStatusPatcherForConfig(t *testing.T) {
 		})
 	}
 	t.Run("bad input", func(t *testing.T) {
-		if _, err := NewStatusPatcherForConfig(nil, routesGVR(), "x"); err == nil {
-			t.Error("nil config accepted")
+		if _, err := NewStatusPatcherForConfig(nil, routesGVR(), "x"); !errors.Is(err, leader.ErrInvalidConfig) {
+			t.Errorf("nil config: %v, want a ConfigError", err)
 		}
 		if _, err := NewStatusPatcherForConfig(&rest.Config{}, routesGVR(), ""); err == nil {
 			t.Error("empty field manager accepted")

@@ -45,7 +45,8 @@ import (
 //     client-go retries 429 and 5xx answers that carry Retry-After (up to
 //     10 times) unless the request says not to, and does not retry those
 //     without it.
-//  5. Otherwise the request is forwarded.
+//  5. Otherwise the request is forwarded — with HoldBody set, its headers
+//     at once and its body HoldBody later (see HoldBody).
 //
 // A new fault applies to requests that arrive (or are stalled) after it is
 // set; a watch already streaming is not affected (see ResetConnections).
@@ -80,6 +81,17 @@ type Fault struct {
 	RetryAfter time.Duration
 	// ResetProbability in [0, 1] of resetting the client's connection.
 	ResetProbability float64
+	// HoldBody, if > 0, forwards a request's headers upstream at once and
+	// its body HoldBody later, streamed through a pipe: the API server
+	// has received the request — its request deadline counts from then
+	// (the timeout parameter, or its default) — but cannot read the body
+	// until HoldBody has passed, as when the client was paused between
+	// sending the two (SIGSTOP, CFS throttling, a long GC). Like Detach,
+	// the request goes on whether or not its client still waits: a paused
+	// client's cancel would not reach the server either. Only Close ends
+	// it early. The upstream's answer reaches the client if it still
+	// waits. The proxy reads the client's body before it forwards.
+	HoldBody time.Duration
 }
 
 func (f Fault) validate() error {
@@ -94,6 +106,8 @@ func (f Fault) validate() error {
 		return fmt.Errorf("cluster: Fault.ErrorCode must be 0, 429 or 500-599, got %d", f.ErrorCode)
 	case f.RetryAfter < 0:
 		return fmt.Errorf("cluster: Fault.RetryAfter must be >= 0, got %v", f.RetryAfter)
+	case f.HoldBody < 0:
+		return fmt.Errorf("cluster: Fault.HoldBody must be >= 0, got %v", f.HoldBody)
 	}
 	return nil
 }
@@ -109,6 +123,7 @@ type ProxyStats struct {
 	Errors         int64 // injected error answers
 	Resets         int64 // connections reset by a fault or ResetConnections
 	Detached       int64 // requests forwarded upstream after their client had gone (Fault.Detach)
+	BodiesHeld     int64 // requests forwarded with their body held (Fault.HoldBody)
 	Delaying       int64 // requests held by Stall or Latency now, or forwarded after that and not yet answered
 	InFlight       int64 // requests being handled now (watches included)
 	OpenConns      int64 // client connections open now
@@ -147,7 +162,7 @@ type FaultProxy struct {
 
 	rec atomic.Pointer[recording] // nil unless RecordRequests is recording
 
-	requests, forwarded, upstreamErrors, delayed, stalled, injected, resets, inFlight, detached, delaying atomic.Int64
+	requests, forwarded, upstreamErrors, delayed, stalled, injected, resets, inFlight, detached, delaying, bodiesHeld atomic.Int64
 }
 
 // NewFaultProxy starts a FaultProxy in front of the API server, with no
@@ -281,6 +296,7 @@ func (p *FaultProxy) Stats() ProxyStats {
 		Errors:         p.injected.Load(),
 		Resets:         p.resets.Load(),
 		Detached:       p.detached.Load(),
+		BodiesHeld:     p.bodiesHeld.Load(),
 		Delaying:       p.delaying.Load(),
 		InFlight:       p.inFlight.Load(),
 		OpenConns:      open,
@@ -312,6 +328,9 @@ type ProxyEvent struct {
 	// Injected reports an answer the proxy made itself (Fault's
 	// ErrorProbability), which never reached the API server.
 	Injected bool
+	// BodyHeld is Fault.HoldBody when it applied: the body went upstream
+	// that long after Forwarded (the headers).
+	BodyHeld time.Duration
 }
 
 // recording is what RecordRequests collects.
@@ -578,10 +597,47 @@ func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.forwarded.Add(1)
+	if f.HoldBody > 0 && r.Body != nil && r.Body != http.NoBody {
+		hold()
+		r = p.holdBody(r, f.HoldBody)
+		if ev != nil {
+			ev.BodyHeld = f.HoldBody
+		}
+	}
 	if ev != nil {
 		ev.Forwarded = time.Now()
 	}
 	p.rp.ServeHTTP(w, r)
+}
+
+// holdBody reads r's body and returns a copy of r, detached from its
+// client (only Close ends it), whose body a goroutine writes into a pipe
+// hold from now. The caller is a handler: the goroutine is counted with
+// the handlers, and ends at hold or Close at the latest.
+func (p *FaultProxy) holdBody(r *http.Request, hold time.Duration) *http.Request {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	_ = r.Body.Close()
+	pr, pw := io.Pipe()
+	out := r.Clone(p.ctx)
+	out.Body, out.GetBody, out.ContentLength = pr, nil, int64(len(body))
+	p.bodiesHeld.Add(1)
+	p.handlers.Add(1) // the handler is counted: allowed at any time
+	go func() {
+		defer p.handlers.Done()
+		t := time.NewTimer(hold)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			_, err := pw.Write(body) // io.ErrClosedPipe once the upstream stopped reading
+			_ = pw.CloseWithError(err)
+		case <-p.ctx.Done():
+			_ = pw.CloseWithError(p.ctx.Err())
+		}
+	}()
+	return out
 }
 
 // bufferBody reads r's body into memory and returns r with that body, or

@@ -30,6 +30,15 @@ type fakeUpstream struct {
 	hits   atomic.Int64
 	writes atomic.Int64
 	body   atomic.Value // string: the last body /write received
+	held   chan heldRequest
+}
+
+// heldRequest is what /held saw of a request: when its handler started
+// (the headers had arrived) and when its body had been read.
+type heldRequest struct {
+	headers, bodyAt time.Time
+	body            string
+	err             error
 }
 
 func newProxyUnderTest(t *testing.T) (*FaultProxy, *fakeUpstream, *http.Client) {
@@ -38,8 +47,15 @@ func newProxyUnderTest(t *testing.T) (*FaultProxy, *fakeUpstream, *http.Client) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	up := &fakeUpstream{}
+	up := &fakeUpstream{held: make(chan heldRequest, 4)}
 	mux := http.NewServeMux()
+	mux.HandleFunc("/held", func(w http.ResponseWriter, r *http.Request) {
+		h := heldRequest{headers: time.Now()}
+		b, err := io.ReadAll(r.Body)
+		h.body, h.bodyAt, h.err = string(b), time.Now(), err
+		up.held <- h
+		fmt.Fprint(w, "held write done")
+	})
 	mux.HandleFunc("/whoami", func(w http.ResponseWriter, r *http.Request) {
 		up.hits.Add(1)
 		fmt.Fprintf(w, "auth=%s", r.Header.Get("Authorization"))
@@ -466,5 +482,71 @@ func TestFaultProxyRecordRequests(t *testing.T) {
 	}
 	if events[1].Received.Before(events[0].Answered) {
 		t.Errorf("events out of order: %+v", events)
+	}
+}
+
+// HoldBody sends the headers at once and the body after the hold, to the
+// upstream's handler, whether or not the client still waits; the answer
+// reaches a client that does.
+func TestFaultProxyHoldBody(t *testing.T) {
+	p, up, c := newProxyUnderTest(t)
+	ctx := context.Background()
+	const hold = 400 * time.Millisecond
+	if err := p.SetFault(Fault{HoldBody: hold, Match: func(r *http.Request) bool { return r.URL.Path == "/held" }}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetFault(Fault{HoldBody: -time.Second}); err == nil {
+		t.Error("a negative HoldBody was accepted")
+	}
+	for _, gone := range []bool{false, true} {
+		t.Run(fmt.Sprintf("client gone during the hold: %v", gone), func(t *testing.T) {
+			rctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(rctx, http.MethodPost, p.URL()+"/held", strings.NewReader("held-body"))
+			sent := time.Now()
+			answer := make(chan error, 1)
+			go func() {
+				resp, err := c.Do(req)
+				if err == nil {
+					b, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if string(b) != "held write done" {
+						err = fmt.Errorf("answer %q", b)
+					}
+				}
+				answer <- err
+			}()
+			if gone {
+				waitStats(t, p, "the request held", func(s ProxyStats) bool { return s.Delaying == 1 })
+				cancel()
+				if err := <-answer; !errors.Is(err, context.Canceled) {
+					t.Errorf("client: %v, want its cancel", err)
+				}
+			}
+			var h heldRequest
+			select {
+			case h = <-up.held:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the held request never reached the upstream's handler")
+			}
+			if h.err != nil || h.body != "held-body" {
+				t.Errorf("upstream read %q, %v; want held-body", h.body, h.err)
+			}
+			// The headers went at once (the handler started well before
+			// the hold ended), the body after the hold.
+			if h.headers.Sub(sent) >= hold || h.bodyAt.Sub(sent) < hold {
+				t.Errorf("handler began %v and read the body %v after the request was sent; want < %v and >= %v",
+					h.headers.Sub(sent), h.bodyAt.Sub(sent), hold, hold)
+			}
+			if !gone {
+				if err := <-answer; err != nil {
+					t.Errorf("client: %v", err)
+				}
+			}
+			waitStats(t, p, "the held request ends", func(s ProxyStats) bool { return s.Delaying == 0 && s.InFlight == 0 })
+		})
+	}
+	if s := p.Stats(); s.BodiesHeld != 2 {
+		t.Errorf("Stats.BodiesHeld = %d, want 2", s.BodiesHeld)
 	}
 }

@@ -15,7 +15,6 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/quietpatch/quietpatch/e2e/cluster"
@@ -154,7 +153,7 @@ type replica struct {
 // It is stopped when the test ends.
 func (e *env) start(t *testing.T, id string, rc *rest.Config, tune func(*leader.Config)) *replica {
 	t.Helper()
-	cs, err := kubernetes.NewForConfig(rc)
+	leases, err := leader.NewLeaseClient(rc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +161,7 @@ func (e *env) start(t *testing.T, id string, rc *rest.Config, tune func(*leader.
 	if tune != nil {
 		tune(&cfg)
 	}
-	c, err := leader.NewClaimer(cs.CoordinationV1(), cfg)
+	c, err := leader.NewClaimer(leases, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -82,6 +82,7 @@ func dashboardRows() []genRow {
 		override("timeout|error", fixedColor("orange")),
 		override("throttled", fixedColor("purple")),
 		override("canceled", fixedColor("blue")),
+		override("fenced|abandoned", fixedColor("light-blue")),
 	}
 	return []genRow{
 		{title: "Overview", panels: []genPanel{
@@ -171,7 +172,8 @@ func dashboardRows() []genRow {
 				description: "Status patch calls by outcome, over the selected pipelines. conflict: the object changed since it was read " +
 					"(resourceVersion precondition; the next pass recomputes). forbidden/unauthorized: RBAC or credentials " +
 					"(QuietpatchPatchesForbidden). timeout: the call reached min(patch timeout, claim left) (QuietpatchPatchTimeouts). " +
-					"throttled: 429 from the server's priority and fairness. A failed patch is not retried in a loop: the next pass recomputes it.",
+					"throttled: 429 from the server's priority and fairness. fenced and abandoned: see the panel of the server's fence. " +
+					"A failed patch is not retried in a loop: the next pass recomputes it.",
 				targets:   []genTarget{{`sum by (outcome) (rate(quietpatch_dispatch_patches_total{` + fPipeline + `}` + rateWin + `))`, `{{outcome}}`}},
 				overrides: outcomeColors,
 			},
@@ -215,7 +217,18 @@ func dashboardRows() []genRow {
 				},
 			},
 			{
-				title: "Keys served without a call, by reason", w: 24, h: 8, unit: "ops", stack: true,
+				title: "Writes the API server fenced or abandoned", w: 12, h: 8, unit: "short", stack: true,
+				description: "Status patches the API server itself stopped, per 10 minutes; no alert fires on them. fenced: the fence (a " +
+					"ValidatingAdmissionPolicy whose param is the Lease, deploy/fence, with --fence) refused a write whose writer no longer held " +
+					"its Lease: it was not done, and the successor writes the status. abandoned: the server gave the call up at the deadline the " +
+					"controller sent (504): a call that outlived its claim, for instance a process paused while it sent. A few around a failover " +
+					"or a pause are the fence at work; a steady rate of abandoned calls means the server does not finish patches within " +
+					"--patch-timeout (see the latency panel).",
+				targets: []genTarget{{`sum by (pipeline, outcome) (increase(quietpatch_dispatch_patches_total{` + fPipeline + `, outcome=~"fenced|abandoned"}[10m]))`, `{{pipeline}} {{outcome}}`}},
+				bars:    true,
+			},
+			{
+				title: "Keys served without a call, by reason", w: 12, h: 8, unit: "ops", stack: true,
 				description: "Keys the dispatcher took from the queue and sent no patch for. Normal: unchanged (dashed, not stacked: the status was " +
 					"already right when the key was served; every event of our own writes ends so, about one per patch applied), deleted (the object " +
 					"is gone), released and shutdown (the Lease given up on purpose, the process stopping). Worth a look: error (the Source or the " +

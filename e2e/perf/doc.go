@@ -44,6 +44,8 @@
 //	                                      cache_ratio, cache_ratio_xR,   start → first convergence, storm (routes/s, over the best plain-N);
 //	                                      converge_s, storm_s, routes/s, R > 1: kill -9 → its shards' first writes and Leases
 //	                                      storm/plain, failover_s, lease_s
+//	LeaseRequests/k1, /k8, /k32           lease-req/s, expected-req/s  Lease requests/s of 2 replicas with K shards (default lease timings) on a
+//	                                                                   control plane of its own, less the API server's own, beside the rate expected
 //
 // Each benchmark's documentation says exactly what it does. With the
 // defaults below the first five take about ten minutes together on two cores

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/quietpatch/quietpatch/e2e/cluster"
@@ -72,21 +70,17 @@ type replica struct {
 }
 
 func (w *world) newReplica(id, lease string, cfg *rest.Config) (*replica, error) {
-	kube, err := kubernetes.NewForConfig(cfg)
+	leases, err := leader.NewLeaseClient(cfg)
 	if err != nil {
 		return nil, err
 	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	claimer, err := leader.NewClaimer(kube.CoordinationV1(), leader.Config{
+	claimer, err := leader.NewClaimer(leases, leader.Config{
 		Namespace: benchNamespace, Name: lease, Identity: id, LeaseDuration: w.cfg.Lease,
 	})
 	if err != nil {
 		return nil, err
 	}
-	st, err := w.newStack(stackConfig{Name: id, Capacity: w.cfg.Capacity, Workers: 4, Leader: claimer, Client: dyn})
+	st, err := w.newStack(stackConfig{Name: id, Capacity: w.cfg.Capacity, Workers: 4, Leader: claimer, Client: cfg})
 	if err != nil {
 		return nil, err
 	}

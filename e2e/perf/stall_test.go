@@ -81,7 +81,7 @@ func BenchmarkStalledMemory(b *testing.B) {
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 		defer mp.Shutdown(context.Background())
 		st, err := w.newStack(stackConfig{
-			Name: "stall", Capacity: w.cfg.Capacity, Workers: w.cfg.Workers, Leader: newStaticLeader("stall"), Client: dyn,
+			Name: "stall", Capacity: w.cfg.Capacity, Workers: w.cfg.Workers, Leader: newStaticLeader("stall"), Client: proxy.Config(cfg),
 			Current: func(*gatewayv1.HTTPRoute) gatewayv1.HTTPRouteStatus { return gatewayv1.HTTPRouteStatus{} },
 			Meter:   mp.Meter("perf"),
 		})

@@ -700,9 +700,10 @@ func buildPatch(r *gatewayv1.HTTPRoute, desired gatewayv1.HTTPRouteStatus) (stat
 	return statuspatch.NewMergePatch(r, statusBody{Parents: parents})
 }
 
-// send applies p with client exactly as statuspatch.DynamicStatusPatcher
-// does: one PATCH of the status subresource, merge-patch content type, the
-// same field manager.
+// send applies p with client as statuspatch.DynamicStatusPatcher does:
+// one PATCH of the status subresource, merge-patch content type, the same
+// field manager (the dynamic client cannot send the timeout parameter: the
+// baselines go without, as a user's client-go loop does).
 func send(ctx context.Context, client dynamic.Interface, p statuspatch.MergePatch) error {
 	body, err := p.Body()
 	if err != nil {
@@ -863,7 +864,7 @@ type stackConfig struct {
 	// Current, when set, replaces reading the route's status: the stalled
 	// memory benchmark makes every route look changed with it.
 	Current func(*gatewayv1.HTTPRoute) gatewayv1.HTTPRouteStatus
-	Client  dynamic.Interface // default the admin client
+	Client  *rest.Config // the patcher's client; default the admin's
 	// Patcher, when set, replaces the DynamicStatusPatcher over Client.
 	Patcher  statuspatch.Patcher[statuspatch.MergePatch]
 	Interval time.Duration // default 10 s
@@ -924,9 +925,9 @@ func (w *world) newStack(cfg stackConfig) (*stack, error) {
 	if patcher == nil {
 		client := cfg.Client
 		if client == nil {
-			client = w.dyn
+			client = w.cp.AdminConfig()
 		}
-		if patcher, err = statuspatch.NewDynamicStatusPatcher(client, routeGVR, fieldManager); err != nil {
+		if patcher, err = statuspatch.NewStatusPatcherForConfig(client, routeGVR, fieldManager); err != nil {
 			q.Close()
 			return nil, err
 		}

@@ -7,18 +7,18 @@ package reliability_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch"
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 // libConfig describes a libReplica.
@@ -33,6 +33,11 @@ type libConfig struct {
 	Status       *rest.Config
 	Workers      int
 	PatchTimeout time.Duration
+	// Fence makes the patcher name its writer in every write
+	// (statuspatch.DynamicStatusPatcher.WithFence); Logger, if set,
+	// receives the dispatcher's and the fence check's logs.
+	Fence  bool
+	Logger *slog.Logger
 }
 
 // libReplica is one replica built from the library's parts: a
@@ -47,6 +52,7 @@ type libReplica struct {
 	id      string
 	claimer *leader.Claimer
 	queue   *statuspatch.PatchQueue[types.NamespacedName]
+	stats   func() statuspatch.DispatcherStats // nil without a dispatcher
 	cancel  context.CancelFunc
 	done    chan struct{} // closed once every Run has returned
 
@@ -65,11 +71,11 @@ type wanted struct {
 // ends.
 func startLibReplica(t *testing.T, cfg libConfig) *libReplica {
 	t.Helper()
-	cs, err := kubernetes.NewForConfig(cfg.Leases)
+	leases, err := leader.NewLeaseClient(cfg.Leases)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := leader.NewClaimer(cs.CoordinationV1(), leader.Config{
+	c, err := leader.NewClaimer(leases, leader.Config{
 		Namespace: cfg.Namespace, Name: cfg.Lease, Identity: cfg.Identity,
 		LeaseDuration: cfg.LeaseDuration, RetryPeriod: cfg.RetryPeriod,
 	})
@@ -79,15 +85,14 @@ func startLibReplica(t *testing.T, cfg libConfig) *libReplica {
 	r := &libReplica{t: t, id: cfg.Identity, claimer: c, done: make(chan struct{}), routes: map[types.NamespacedName]wanted{}}
 	runs := []func(context.Context) error{c.Run}
 	if cfg.Status != nil {
-		dc, err := dynamic.NewForConfig(cfg.Status)
+		patcher, err := statuspatch.NewStatusPatcherForConfig(cfg.Status, routesGVR, "quietpatch-e2e-"+cfg.Identity)
 		if err != nil {
 			t.Fatal(err)
 		}
-		patcher, err := statuspatch.NewDynamicStatusPatcher(dc, routesGVR, "quietpatch-e2e-"+cfg.Identity)
-		if err != nil {
-			t.Fatal(err)
+		if cfg.Fence {
+			patcher = patcher.WithFence(cfg.Logger)
 		}
-		opts := statuspatch.Options{Name: cfg.Identity, Capacity: 1000, PatchTimeout: cfg.PatchTimeout, Workers: cfg.Workers}
+		opts := statuspatch.Options{Name: cfg.Identity, Capacity: 1000, PatchTimeout: cfg.PatchTimeout, Workers: cfg.Workers, Logger: cfg.Logger}
 		if r.queue, err = statuspatch.NewPatchQueue[types.NamespacedName](opts); err != nil {
 			t.Fatal(err)
 		}
@@ -96,6 +101,7 @@ func startLibReplica(t *testing.T, cfg libConfig) *libReplica {
 			t.Fatal(err)
 		}
 		runs = append(runs, d.Run)
+		r.stats = d.Stats
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
@@ -153,6 +159,9 @@ func libComputer(r *libReplica) statuspatch.StatusComputer[wanted, []gatewayv1.R
 
 // leads reports whether our claim is current.
 func (r *libReplica) leads() bool { return r.claimer.Current().IsCurrentFor(r.id, time.Now()) }
+
+// outcomes returns the dispatcher's patch calls by outcome.
+func (r *libReplica) outcomes() map[outcome.Outcome]int64 { return r.stats().Patches }
 
 // holder returns who holds the Lease as r last saw it.
 func (r *libReplica) holder() string { return r.claimer.Current().Holder }

@@ -34,7 +34,7 @@ type flagValues struct {
 	queueCapacity, workers, kubeBurst, shards                       int
 	kubeQPS                                                         float64
 	metricsAddr, healthAddr, logLevel, logFormat, refGrantVersion   string
-	mesh                                                            bool
+	mesh, fence                                                     bool
 }
 
 // defaultLeaseNamespace is $POD_NAMESPACE, else "default".
@@ -82,7 +82,7 @@ func newFlagSet(getenv env) (*flag.FlagSet, *flagValues) {
 	fs.Float64Var(&v.kubeQPS, "kube-qps", controller.DefaultKubeQPS,
 		"client-side rate limit of the status and informer client, requests per second; negative: none, the default — the API server's "+
 			"Priority and Fairness protects the server and the adaptive --workers limit protects latency, while a client-side limit "+
-			"silently caps patches (client-go's default 5 allows 50 per 10s interval); the Lease has a client of its own with client-go's default limit")
+			"silently caps patches (client-go's default 5 allows 50 per 10s interval); the Lease has a client of its own with no limit")
 	fs.IntVar(&v.kubeBurst, "kube-burst", controller.DefaultKubeBurst, "client-side burst of API requests above a positive --kube-qps")
 	fs.StringVar(&v.metricsAddr, "metrics-addr", ":8080", `listen address of the Prometheus endpoint /metrics; "" or "0" disables it`)
 	fs.StringVar(&v.healthAddr, "health-addr", ":8081", `listen address of /healthz (liveness) and /readyz (readiness); "" or "0" disables them`)
@@ -91,6 +91,9 @@ func newFlagSet(getenv env) (*flag.FlagSet, *flagValues) {
 	fs.BoolVar(&v.mesh, "mesh", true, `handle Service parents (GAMMA mesh routes); --mesh=false leaves them to other controllers`)
 	fs.DurationVar(&v.cacheSyncTimeout, "cache-sync-timeout", controller.DefaultCacheSyncTimeout,
 		"fail when the informer caches have not synced by then (missing CRDs or RBAC)")
+	fs.BoolVar(&v.fence, "fence", false,
+		"name the writer in the field manager of every status write (<Lease namespace>/<Lease name>@<identity>), so that the ValidatingAdmissionPolicy "+
+			"of deploy/fence denies a write whose writer no longer holds its Lease; the controller checks once per Lease that it does, and warns if not")
 	fs.StringVar(&v.refGrantVersion, "reference-grant-version", controller.ReferenceGrantAuto,
 		"API version to watch ReferenceGrants with: auto (ask discovery), v1 or v1beta1")
 	return fs, v
@@ -114,6 +117,7 @@ var flagOf = map[string]string{
 	"KubeBurst":             "kube-burst",
 	"CacheSyncTimeout":      "cache-sync-timeout",
 	"ReferenceGrantVersion": "reference-grant-version",
+	"Fence":                 "fence",
 }
 
 // fieldsToFlags rewrites the Options field names that appear in rules
@@ -205,6 +209,7 @@ func parseFlags(args []string, getenv env) (config, error) {
 		HealthAddr:            v.healthAddr,
 		CacheSyncTimeout:      v.cacheSyncTimeout,
 		ReferenceGrantVersion: v.refGrantVersion,
+		Fence:                 v.fence,
 	}
 	completed, err := cfg.opts.Complete()
 	if err != nil {

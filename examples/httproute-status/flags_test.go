@@ -109,6 +109,7 @@ func TestParseFlags(t *testing.T) {
 		{"reference grants", []string{"--reference-grant-version=v1beta1"}, func(c config) bool { return c.opts.ReferenceGrantVersion == "v1beta1" }},
 		{"cache sync", []string{"--cache-sync-timeout=30s"}, func(c config) bool { return c.opts.CacheSyncTimeout == 30*time.Second }},
 		{"single dash", []string{"-workers", "3"}, func(c config) bool { return c.opts.Workers == 3 }},
+		{"fence", []string{"--fence"}, func(c config) bool { return c.opts.Fence }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

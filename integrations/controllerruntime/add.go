@@ -16,17 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/quietpatch/quietpatch"
+	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch"
-)
-
-// Rate limits of the clients [Add] makes.
-const (
-	// LeaseQPS and LeaseBurst are the client-side rate limit of the Lease
-	// client Add makes (client-go's defaults): a holder writes the Lease
-	// about once per LeaseDuration−RenewGrace, and the limiter is its own,
-	// so that renewals never wait behind status patches.
-	LeaseQPS   = 5
-	LeaseBurst = 10
 )
 
 // Options configures [Add]. Only Config.Lease.Namespace and
@@ -37,9 +28,9 @@ type Options struct {
 	//
 	//   - Name: statuspatch.DefaultName ("quietpatch"). It labels the instruments and
 	//     names the probes: give each pipeline of a process its own.
-	//   - Leases (unless Observer is set): a Lease client of its own made
-	//     from mgr.GetConfig() and sharing mgr.GetHTTPClient(), limited to
-	//     LeaseQPS/LeaseBurst.
+	//   - Leases (unless Observer is set): leader.NewLeaseClient of
+	//     mgr.GetConfig(), a Lease client of its own with no client-side
+	//     rate limiter, so that a renewal never waits in one.
 	//   - Lease.Identity: leader.DefaultIdentity() — $POD_NAME (else the
 	//     host name) plus a random suffix drawn per process, so that a
 	//     restarted container never inherits its predecessor's claim. It is
@@ -65,9 +56,10 @@ type Options struct {
 	// statuspatch.NewStatusPatcherForConfig over a client of its own,
 	// made from mgr.GetConfig() with the rate limit PatchQPS/PatchBurst (the
 	// resource found through mgr.GetRESTMapper()); it leaves a 429's
-	// Retry-After to the dispatcher. Pass NewStatusPatcher(mgr.GetClient(),
-	// obj, fieldManager) to patch through the manager's own client, under
-	// its rate limit and its retries.
+	// Retry-After to the dispatcher and sends each call's deadline to the
+	// API server. Pass NewStatusPatcher(mgr, obj, fieldManager) to patch
+	// over the manager's own connections and rate limit, or its WithFence
+	// to name the writer in every write.
 	Patcher statuspatch.Patcher[statuspatch.MergePatch]
 
 	// PatchQPS and PatchBurst are the client-side rate limit of the
@@ -244,12 +236,10 @@ func patchLimit(qps float32, burst int) (float32, int) {
 	return qps, burst
 }
 
-// leaseClient builds the Lease client: its own rate limiter, the manager's
-// connections.
+// leaseClient builds the Lease client: leader.NewLeaseClient of the
+// manager's configuration, with no client-side rate limiter.
 func leaseClient(mgr manager.Manager) (coordinationv1client.LeasesGetter, error) {
-	rc := rest.CopyConfig(mgr.GetConfig())
-	rc.QPS, rc.Burst = LeaseQPS, LeaseBurst
-	c, err := coordinationv1client.NewForConfigAndClient(rc, mgr.GetHTTPClient())
+	c, err := leader.NewLeaseClient(mgr.GetConfig())
 	if err != nil {
 		return nil, fmt.Errorf("controllerruntime: Add: the Lease client: %w", err)
 	}

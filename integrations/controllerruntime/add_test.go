@@ -87,13 +87,13 @@ func TestAddErrors(t *testing.T) {
 		{"patcher without client", func(t *testing.T) error {
 			_, err := qpcr.NewStatusPatcher(nil, &examplev1.Widget{}, "m")
 			return err
-		}, nil, "client must not be nil"},
+		}, nil, "the cluster must not be nil"},
 		{"patcher without field manager", func(t *testing.T) error {
-			_, err := qpcr.NewStatusPatcher(adminClient(t, cfg), &examplev1.Widget{}, "")
+			_, err := qpcr.NewStatusPatcher(testCluster(t, cfg), &examplev1.Widget{}, "")
 			return err
 		}, nil, "fieldManager must not be empty"},
 		{"patcher with a long field manager", func(t *testing.T) error {
-			_, err := qpcr.NewStatusPatcher(adminClient(t, cfg), &examplev1.Widget{}, strings.Repeat("m", 129))
+			_, err := qpcr.NewStatusPatcher(testCluster(t, cfg), &examplev1.Widget{}, strings.Repeat("m", 129))
 			return err
 		}, nil, "at most 128 characters, got 129"},
 		{"meter provider without registry", func(t *testing.T) error {

@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -50,13 +49,13 @@ func startWriter[O client.Object, P any](t *testing.T, ctx context.Context, cfg 
 	if err != nil {
 		t.Fatal(err)
 	}
-	kube, err := kubernetes.NewForConfig(cfg)
+	leases, err := leader.NewLeaseClient(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctrl, err := quietpatch.New(src, comp, patcher, quietpatch.Config{
 		Options: statuspatch.Options{Name: name, Interval: applyInterval},
-		Leases:  kube.CoordinationV1(),
+		Leases:  leases,
 		Lease:   leader.Config{Namespace: leaseNS, Name: name, LeaseDuration: testLeaseDuration},
 	})
 	if err != nil {

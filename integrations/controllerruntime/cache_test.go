@@ -191,7 +191,7 @@ func testCache(t *testing.T, cfg *rest.Config, admin client.Client, name string,
 	if first == nil || (len(out) == 0) != all {
 		t.Fatalf("the case is not a test: %d of our Widgets in the view, %d out of it", len(in), len(out))
 	}
-	pre, err := qpcr.NewStatusPatcher(admin, &examplev1.Widget{}, "nscache-test")
+	pre, err := qpcr.NewStatusPatcher(testCluster(t, cfg), &examplev1.Widget{}, "nscache-test")
 	if err != nil {
 		t.Fatal(err)
 	}

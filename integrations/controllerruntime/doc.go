@@ -175,7 +175,12 @@
 // the pipeline bounds its own calls in flight (Config.Workers, adaptive
 // by default), and the
 // API server's priority and fairness protects it. The Lease has a client of
-// its own too (LeaseQPS/LeaseBurst), so renewals never wait behind patches.
+// its own too, leader.NewLeaseClient's, without a limiter: in one, Lease
+// requests wait behind each other, and a late renewal loses the claim.
+// Every patch of either patcher carries its deadline to the API server
+// (the timeout parameter), which controller-runtime's client cannot send:
+// [NewStatusPatcher] builds on a REST client of the manager's
+// configuration, not on mgr.GetClient().
 //
 // # Probes and metrics
 //
@@ -224,7 +229,7 @@
 //				return c.Watch(ctx, &v1.WidgetList{}, &client.ListOptions{Raw: &opts})
 //			},
 //		}
-//		patcher, err := controllerruntime.NewStatusPatcher(c, &v1.Widget{}, "widgets")
+//		patcher, err := controllerruntime.NewStatusPatcher(mgr, &v1.Widget{}, "widgets")
 //		if err != nil {
 //			return err
 //		}
@@ -232,13 +237,13 @@
 //		if err != nil {
 //			return err
 //		}
-//		leases, err := kubernetes.NewForConfig(mgr.GetConfig())
+//		leases, err := leader.NewLeaseClient(mgr.GetConfig())
 //		if err != nil {
 //			return err
 //		}
 //		sharded, err := quietpatch.NewSharded(lw, computer, patcher, quietpatch.Config{
 //			Options: statuspatch.Options{Name: "widgets", Meter: mp.Meter(controllerruntime.MeterName)},
-//			Leases:  leases.CoordinationV1(),
+//			Leases:  leases,
 //			Lease:   leader.Config{Namespace: "widget-system", Name: "widget-status"},
 //			Shards:  8,
 //		})

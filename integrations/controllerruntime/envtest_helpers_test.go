@@ -23,6 +23,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	examplev1 "github.com/quietpatch/quietpatch/integrations/controllerruntime/examples/widget/api/v1"
@@ -121,6 +122,17 @@ func testScheme() *runtime.Scheme {
 func adminClient(t testing.TB, cfg *rest.Config) client.Client {
 	t.Helper()
 	c, err := client.New(cfg, client.Options{Scheme: testScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// testCluster is a cluster.Cluster of cfg with the test scheme, not
+// started: what NewStatusPatcher needs of a manager.
+func testCluster(t testing.TB, cfg *rest.Config) cluster.Cluster {
+	t.Helper()
+	c, err := cluster.New(cfg, func(o *cluster.Options) { o.Scheme = testScheme() })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -336,7 +336,7 @@ func TestStatusPatcherPrecondition(t *testing.T) {
 	if err := admin.Create(ctx, w); err != nil {
 		t.Fatal(err)
 	}
-	p, err := qpcr.NewStatusPatcher(admin, &examplev1.Widget{}, "test")
+	p, err := qpcr.NewStatusPatcher(testCluster(t, cfg), &examplev1.Widget{}, "test")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
@@ -32,9 +33,17 @@ const (
 	// Throttled: 429 Too Many Requests (API Priority and Fairness, or
 	// another limit).
 	Throttled Outcome = "throttled"
-	// Timeout: the request's deadline passed, or the server answered
-	// with a timeout (504, or a Timeout/ServerTimeout status), or the
-	// connection timed out.
+	// Fenced: 403 from the fence, a ValidatingAdmissionPolicy whose
+	// denial message contains [FenceMessage]: the write named a writer
+	// that no longer holds its Lease, and was not done.
+	Fenced Outcome = "fenced"
+	// Abandoned: 504 Timeout, the API server gave the request up at its
+	// deadline — the timeout parameter the client sent, or the server's
+	// default. The server may still finish a write that had reached
+	// storage before the deadline: not answered.
+	Abandoned Outcome = "abandoned"
+	// Timeout: the request's deadline passed on the client, or the
+	// connection timed out, or the server answered 500 ServerTimeout.
 	Timeout Outcome = "timeout"
 	// Canceled: the request's context was cancelled before it ended.
 	Canceled Outcome = "canceled"
@@ -45,8 +54,15 @@ const (
 
 // All returns every Outcome, in a fixed order.
 func All() []Outcome {
-	return []Outcome{OK, Conflict, NotFound, Forbidden, Unauthorized, Invalid, Throttled, Timeout, Canceled, Error}
+	return []Outcome{OK, Conflict, NotFound, Forbidden, Fenced, Unauthorized, Invalid, Throttled, Abandoned, Timeout, Canceled, Error}
 }
+
+// FenceMessage marks a denial by the fence: the message of the
+// ValidatingAdmissionPolicy that checks the writer named in a status
+// write's field manager against its Lease's holder (the HTTPRoute
+// example's deploy/fence) starts with it, and [Of] tells [Fenced] from
+// [Forbidden] by it.
+const FenceMessage = "quietpatch: fenced:"
 
 // Of classifies err, the error of one API request, by the API status it
 // carries (k8s.io/apimachinery/pkg/api/errors) or its context and network
@@ -60,6 +76,8 @@ func Of(err error) Outcome {
 		return Conflict
 	case apierrors.IsNotFound(err):
 		return NotFound
+	case apierrors.IsForbidden(err) && strings.Contains(err.Error(), FenceMessage):
+		return Fenced
 	case apierrors.IsForbidden(err):
 		return Forbidden
 	case apierrors.IsUnauthorized(err):
@@ -69,7 +87,9 @@ func Of(err error) Outcome {
 	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err), apierrors.IsMethodNotSupported(err),
 		apierrors.IsNotAcceptable(err), apierrors.IsUnsupportedMediaType(err), apierrors.IsRequestEntityTooLargeError(err):
 		return Invalid
-	case errors.Is(err, context.DeadlineExceeded), apierrors.IsTimeout(err), apierrors.IsServerTimeout(err),
+	case apierrors.IsTimeout(err):
+		return Abandoned
+	case errors.Is(err, context.DeadlineExceeded), apierrors.IsServerTimeout(err),
 		errors.As(err, &netErr) && netErr.Timeout():
 		return Timeout
 	case errors.Is(err, context.Canceled):
@@ -81,9 +101,11 @@ func Of(err error) Outcome {
 // Answered reports whether err, the error of one write request, is an answer
 // from the API server that settles the write: nil (the write was done), or an
 // API status that says the write was refused and not done — 4xx codes such
-// as conflict, not found, forbidden, unauthorized, invalid and throttled,
-// but not 408 or a timeout status. Anything else — a client-side deadline
-// or cancel, a broken or refused connection, a 5xx, a timeout status —
+// as conflict, not found, forbidden, fenced, unauthorized, invalid and
+// throttled, but not 408 or a timeout status. Anything else — a client-side
+// deadline or cancel, a broken or refused connection, a 5xx, a 504 (the
+// server abandoned the request: it may still finish a storage write begun
+// before its deadline), a timeout status —
 // leaves open whether the server executed, or will still execute, the
 // write: Answered is false.
 func Answered(err error) bool {
@@ -95,9 +117,9 @@ func Answered(err error) bool {
 		return false
 	}
 	switch Of(err) {
-	case Conflict, NotFound, Forbidden, Unauthorized, Invalid, Throttled:
+	case Conflict, NotFound, Forbidden, Fenced, Unauthorized, Invalid, Throttled:
 		return true
-	case Timeout, Canceled:
+	case Abandoned, Timeout, Canceled:
 		return false
 	}
 	code := int(st.Status().Code)

@@ -40,7 +40,10 @@ func TestOfAndAnswered(t *testing.T) {
 		{"422", apierrors.NewInvalid(schema.GroupKind{Kind: "Widget"}, "a", nil), outcome.Invalid, true},
 		{"400", apierrors.NewBadRequest("x"), outcome.Invalid, true},
 		{"429", apierrors.NewTooManyRequests("x", 1), outcome.Throttled, true},
-		{"504", apierrors.NewTimeoutError("x", 1), outcome.Timeout, false},
+		{"403 fence", apierrors.NewForbidden(gr, "a", errors.New(`ValidatingAdmissionPolicy 'quietpatch-fence' with binding 'quietpatch-fence' denied request: `+outcome.FenceMessage+` the Lease ns/l is held by b, not a`)), outcome.Fenced, true},
+		{"403 fence wrapped", fmt.Errorf("patch: %w", apierrors.NewForbidden(gr, "a", errors.New(outcome.FenceMessage+" x"))), outcome.Fenced, true},
+		{"504", apierrors.NewTimeoutError("x", 1), outcome.Abandoned, false},
+		{"504 of a proxy", apierrors.NewGenericServerResponse(504, "PATCH", gr, "a", "gateway timeout", 0, true), outcome.Abandoned, false},
 		{"500 server timeout", apierrors.NewServerTimeout(gr, "patch", 1), outcome.Timeout, false},
 		{"500", apierrors.NewInternalError(errors.New("etcd")), outcome.Error, false},
 		{"503", apierrors.NewServiceUnavailable("x"), outcome.Error, false},
@@ -58,8 +61,8 @@ func TestOfAndAnswered(t *testing.T) {
 			t.Errorf("%s: Answered(%v) = %v, want %v", c.label, c.err, got, c.answered)
 		}
 	}
-	if n := len(outcome.All()); n != 10 {
-		t.Errorf("All() has %d outcomes, want 10", n)
+	if n := len(outcome.All()); n != 12 {
+		t.Errorf("All() has %d outcomes, want 12", n)
 	}
 }
 

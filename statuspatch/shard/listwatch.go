@@ -103,11 +103,11 @@ func (f *filtered) WatchWithContext(ctx context.Context, o metav1.ListOptions) (
 	if err != nil {
 		return nil, err
 	}
-	return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
+	return newFilterWatch(w, func(e watch.Event) bool {
 		switch e.Type {
 		case watch.Added, watch.Modified, watch.Deleted:
-			return e, f.keep(e.Object)
+			return f.keep(e.Object)
 		}
-		return e, true
+		return true
 	}), nil
 }

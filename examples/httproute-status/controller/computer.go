@@ -80,10 +80,14 @@ func (c routeComputer) Patch(r routeObject, desired routeStatus) (routePatch, er
 //	{"metadata":{"resourceVersion":"<rv>"},"status":{"parents":[...]}}
 //
 // It is statuspatch.DynamicStatusPatcher's twin over the typed client the
-// controller already has (and whose fake the informers share in tests).
+// controller's tests give (whose fake the informers share), with one
+// difference: the typed client cannot send the call's deadline to the API
+// server (the timeout parameter). With fence set it names the writer in
+// the field manager as the fenced DynamicStatusPatcher does.
 type statusPatcher struct {
 	client       gatewayv1client.HTTPRoutesGetter
 	fieldManager string
+	fence        bool
 }
 
 var _ statuspatch.Patcher[routePatch] = statusPatcher{}
@@ -93,22 +97,39 @@ func (p statusPatcher) Patch(ctx context.Context, mp routePatch) error {
 	if err != nil {
 		return err
 	}
+	fm := p.fieldManager
+	if p.fence {
+		w, _ := statuspatch.WriteClaimFrom(ctx)
+		if fm, err = statuspatch.FencedFieldManager(w); err != nil {
+			return fmt.Errorf("%w: %w", statuspatch.ErrInvalidPatch, err)
+		}
+	}
 	_, err = p.client.HTTPRoutes(mp.Namespace).Patch(ctx, mp.Name, types.MergePatchType, body,
-		metav1.PatchOptions{FieldManager: p.fieldManager}, "status")
+		metav1.PatchOptions{FieldManager: fm}, "status")
 	if err != nil {
 		return fmt.Errorf("patch status of HTTPRoute %s/%s: %w", mp.Namespace, mp.Name, err)
 	}
 	return nil
 }
 
+// FieldManagerFor is the field manager of a write by w (see
+// statuspatch.CheckFieldManager).
+func (p statusPatcher) FieldManagerFor(w statuspatch.WriteClaim) (string, error) {
+	if !p.fence {
+		return p.fieldManager, nil
+	}
+	return statuspatch.FencedFieldManager(w)
+}
+
 // newPatcher returns the pipeline's patcher. Built from the REST
-// configuration, it is statuspatch's own, which leaves a 429's Retry-After
-// to the dispatcher (client-go would sleep it out in one worker while the
-// others go on); with a Gateway API client given in Options (tests), it is
-// statusPatcher over that client.
+// configuration, it is statuspatch's own, which tells the API server each
+// call's deadline and leaves a 429's Retry-After to the dispatcher
+// (client-go would sleep it out in one worker while the others go on);
+// with a Gateway API client given in Options (tests), it is statusPatcher
+// over that client. With Options.Fence, either names the writer.
 func newPatcher(opts Options, gw gatewayclient.Interface) (statuspatch.Patcher[routePatch], error) {
 	if opts.GatewayClient != nil {
-		return statusPatcher{client: gw.GatewayV1(), fieldManager: opts.FieldManager}, nil
+		return statusPatcher{client: gw.GatewayV1(), fieldManager: opts.FieldManager, fence: opts.Fence}, nil
 	}
 	cfg, err := restConfig(opts)
 	if err != nil {
@@ -117,6 +138,9 @@ func newPatcher(opts Options, gw gatewayclient.Interface) (statuspatch.Patcher[r
 	p, err := statuspatch.NewStatusPatcherForConfig(cfg, gatewayv1.SchemeGroupVersion.WithResource("httproutes"), opts.FieldManager)
 	if err != nil {
 		return nil, fmt.Errorf("controller: %w", err)
+	}
+	if opts.Fence {
+		p = p.WithFence(opts.Logger)
 	}
 	return p, nil
 }

@@ -29,6 +29,7 @@ import (
 
 	"github.com/quietpatch/quietpatch"
 	"github.com/quietpatch/quietpatch/examples/httproute-status/routestatus"
+	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch"
 	"github.com/quietpatch/quietpatch/statuspatch/conditions"
 	"github.com/quietpatch/quietpatch/statuspatch/source"
@@ -182,7 +183,7 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 	// The pipeline logs the rest (interval, capacity, workers) once synced.
 	c.opts.Logger.Info("controller configured", slog.String("controllerName", opts.ControllerName), slog.Bool("mesh", opts.Mesh),
 		slog.String("lease", opts.LeaseNamespace+"/"+opts.LeaseName), slog.String("identity", c.pipeline.Identity()), slog.Int("shards", max(opts.Shards, 1)),
-		slog.Float64("kubeQPS", float64(opts.KubeQPS)), slog.Duration("patchTimeout", opts.PatchTimeout),
+		slog.Float64("kubeQPS", float64(opts.KubeQPS)), slog.Duration("patchTimeout", opts.PatchTimeout), slog.Bool("fence", opts.Fence),
 		slog.String("referenceGrantVersion", map[bool]string{true: "v1", false: "v1beta1"}[refGrantsV1]))
 	return c, nil
 }
@@ -331,10 +332,10 @@ func serve(name, addr string, l net.Listener, h http.Handler, fail func(error)) 
 }
 
 // clients returns the clients of opts, building those missing from the
-// REST configuration. A Lease client built here has client-go's default
-// rate limiter (QPS 5, burst 10) and no other traffic, so that a renewal
-// never waits behind status patches; with KubeClient given and no
-// LeaseClient, the Lease is served by KubeClient.
+// REST configuration. A Lease client built here is leader.NewLeaseClient's:
+// no client-side rate limiter, so that a Lease request never waits in one;
+// with KubeClient given and no LeaseClient, the Lease is served by
+// KubeClient.
 func clients(opts Options) (kubernetes.Interface, gatewayclient.Interface, coordinationv1client.LeasesGetter, error) {
 	kube, gw, leases := opts.KubeClient, opts.GatewayClient, opts.LeaseClient
 	if kube == nil || gw == nil {
@@ -342,16 +343,14 @@ func clients(opts Options) (kubernetes.Interface, gatewayclient.Interface, coord
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		lcfg := rest.CopyConfig(cfg)
-		lcfg.QPS, lcfg.Burst = 0, 0 // client-go's defaults
 		kc, errK := kubernetes.NewForConfig(cfg)
-		lc, errL := kubernetes.NewForConfig(lcfg)
+		lc, errL := leader.NewLeaseClient(cfg)
 		gc, errG := gatewayclient.NewForConfig(cfg)
 		if err := errors.Join(errK, errL, errG); err != nil {
 			return nil, nil, nil, fmt.Errorf("controller: building the clients: %w", err)
 		}
 		if kube == nil && leases == nil {
-			leases = lc.CoordinationV1()
+			leases = lc
 		}
 		kube, gw = cmp.Or[kubernetes.Interface](kube, kc), cmp.Or[gatewayclient.Interface](gw, gc)
 	}

@@ -118,10 +118,11 @@ type Options struct {
 	GatewayClient gatewayclient.Interface
 
 	// LeaseClient serves the Lease. Default: when KubeClient is set, its
-	// CoordinationV1(); otherwise a client of its own built from the REST
-	// configuration with client-go's default rate limit (QPS 5, burst 10,
-	// plenty for about one write per 5 s), so that a lease renewal never
-	// waits behind status patches.
+	// CoordinationV1(); otherwise leader.NewLeaseClient of the REST
+	// configuration: a client of its own without a client-side rate
+	// limiter, so that a Lease request never waits in one (with --shards,
+	// K claims, a membership Lease and a list every RetryPeriod share it).
+	// A client with client-go's limiter is rejected.
 	LeaseClient coordinationv1client.LeasesGetter
 
 	// ControllerName is written as controllerName in every status entry
@@ -190,14 +191,25 @@ type Options struct {
 	// Fairness protects the server, and the dispatcher's in-flight limit
 	// protects latency; a client-side limit would only cap patches
 	// silently (client-go's own default, QPS 5, allows 50 per 10 s
-	// interval). The Lease has a client of its own with client-go's
-	// default limiter (see LeaseClient).
+	// interval). The Lease has a client of its own, without a limiter
+	// (see LeaseClient).
 	KubeQPS   float32
 	KubeBurst int
 
 	// FieldManager names this controller in the routes' managedFields.
-	// Default DefaultFieldManager; at most 128 characters.
+	// Default DefaultFieldManager; at most 128 characters. With Fence the
+	// writes name their writer instead.
 	FieldManager string
+
+	// Fence names the writer in the field manager of every status write,
+	// <LeaseNamespace>/<Lease name>@<Identity> (--fence), so that the
+	// ValidatingAdmissionPolicy of deploy/fence, whose param is the Lease,
+	// denies a write of a replica that no longer holds it (outcome
+	// fenced). With the REST configuration the patcher checks, once per
+	// Lease, that the API server denies a dry-run write naming another
+	// writer, and logs a warning if it does not. The field manager must
+	// fit 128 characters with the longest Lease name.
+	Fence bool
 
 	// MetricsAddr is the listen address of the Prometheus endpoint
 	// /metrics (--metrics-addr). Empty or "0": no endpoint (metrics are

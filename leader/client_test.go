@@ -1,0 +1,143 @@
+package leader
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
+)
+
+// slowLimiter is a rate limiter of a kind client-go does not make.
+type slowLimiter struct{ flowcontrol.RateLimiter }
+
+func leasesFor(t *testing.T, cfg *rest.Config) coordinationv1client.CoordinationV1Interface {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs.CoordinationV1()
+}
+
+func TestCheckLeaseClient(t *testing.T) {
+	host := "https://127.0.0.1:1" // never contacted
+	own, err := NewLeaseClient(&rest.Config{Host: host, QPS: 5, Burst: 10, UserAgent: "ctl"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lim := own.RESTClient().GetRateLimiter(); lim != nil {
+		t.Errorf("NewLeaseClient: rate limiter %T, want none", lim)
+	}
+	cases := []struct {
+		name    string
+		client  coordinationv1client.LeasesGetter
+		reject  bool
+		warning bool
+	}{
+		{"NewLeaseClient", own, false, false},
+		{"QPS 5", leasesFor(t, &rest.Config{Host: host, QPS: 5, Burst: 10}), true, false},
+		{"QPS 0: client-go's default of 5", leasesFor(t, &rest.Config{Host: host}), true, false},
+		{"QPS -1", leasesFor(t, &rest.Config{Host: host, QPS: -1}), false, false},
+		{"an always-accepting limiter", leasesFor(t, &rest.Config{Host: host, RateLimiter: flowcontrol.NewFakeAlwaysRateLimiter()}), false, false},
+		{"a limiter of another kind", leasesFor(t, &rest.Config{Host: host, RateLimiter: slowLimiter{flowcontrol.NewTokenBucketRateLimiter(1, 1)}}), false, true},
+		{"fake clientset", fake.NewClientset().CoordinationV1(), false, false},
+	}
+	for _, c := range cases {
+		err := CheckLeaseClient(c.client)
+		var ce *ConfigError
+		switch {
+		case c.reject && (!errors.As(err, &ce) || ce.Field != "Leases" || !strings.Contains(ce.Reason, "leader.NewLeaseClient(restConfig)")):
+			t.Errorf("%s: CheckLeaseClient = %v, want a ConfigError naming Leases and NewLeaseClient", c.name, err)
+		case !c.reject && err != nil:
+			t.Errorf("%s: CheckLeaseClient = %v", c.name, err)
+		}
+		if w := unsizedLimiter(c.client); (w != "") != c.warning {
+			t.Errorf("%s: unsized limiter %q, want one: %v", c.name, w, c.warning)
+		}
+		cfg := Config{Namespace: "ns", Name: "l", Identity: "a"}
+		if _, err := NewClaimer(c.client, cfg); (err != nil) != c.reject {
+			t.Errorf("%s: NewClaimer = %v, want rejected: %v", c.name, err, c.reject)
+		}
+		if _, err := NewGroup(c.client, cfg, 4); (err != nil) != c.reject {
+			t.Errorf("%s: NewGroup = %v, want rejected: %v", c.name, err, c.reject)
+		}
+	}
+	if _, err := NewLeaseClient(nil); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("NewLeaseClient(nil) = %v", err)
+	}
+}
+
+func TestNewLeaseClientUserAgent(t *testing.T) {
+	agents := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		agents <- r.Header.Get("User-Agent")
+		http.NotFound(w, r)
+	}))
+	defer srv.Close()
+	for _, ua := range []string{"", "my-controller/1.0"} {
+		c, err := NewLeaseClient(&rest.Config{Host: srv.URL, UserAgent: ua})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = c.Leases("ns").Get(context.Background(), "l", metav1.GetOptions{})
+		want := ua
+		if want == "" {
+			want = rest.DefaultKubernetesUserAgent()
+		}
+		if got := <-agents; got != want+" "+LeaseUserAgent {
+			t.Errorf("user agent %q, want %q", got, want+" "+LeaseUserAgent)
+		}
+	}
+}
+
+// A limiter of a kind CheckLeaseClient cannot size is named once, when Run
+// starts, with what to change.
+func TestClaimerWarnsOnceOfAnUnknownLimiter(t *testing.T) {
+	var logs bytes.Buffer
+	client := leasesFor(t, &rest.Config{Host: "https://127.0.0.1:1", RateLimiter: slowLimiter{flowcontrol.NewTokenBucketRateLimiter(1, 1)}})
+	c, err := NewClaimer(client, Config{Namespace: "ns", Name: "l", Identity: "a", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // Run logs, then stops at once
+	_ = c.Run(ctx)
+	if n := strings.Count(logs.String(), "level=WARN"); n != 1 || !strings.Contains(logs.String(), "slowLimiter") || !strings.Contains(logs.String(), "leader.NewLeaseClient(restConfig)") {
+		t.Errorf("%d warnings, want one naming the limiter's type:\n%s", n, logs.String())
+	}
+}
+
+// The Leases a claimer creates, and those it acquires, carry LeaseLabel,
+// so that a policy binding can select them.
+func TestClaimerLabelsItsLeases(t *testing.T) {
+	t.Run("created", func(t *testing.T) {
+		h := newHarness(t)
+		h.start(h.config("a"))
+		h.settle()
+		if l := h.api.get(t); l == nil || l.Labels[LeaseLabel] != "true" {
+			t.Errorf("created Lease %+v, want the label %s=true", l, LeaseLabel)
+		}
+	})
+	t.Run("acquired", func(t *testing.T) {
+		h := newHarness(t)
+		h.api.put(t, leaseSpec("", t0.Add(-time.Hour), 4))
+		h.start(h.config("a"))
+		h.settle()
+		checkStored(t, h, "a", 5)
+		if l := h.api.get(t); l.Labels[LeaseLabel] != "true" {
+			t.Errorf("acquired Lease has labels %v, want %s=true", l.Labels, LeaseLabel)
+		}
+	})
+}
