@@ -19,6 +19,7 @@ import (
 
 	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch"
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 	"github.com/quietpatch/quietpatch/statuspatch/source"
 )
 
@@ -32,15 +33,15 @@ const (
 // every constructor's error for a configuration it rejects is a
 // [*ConfigError] naming the field, wrapping ErrInvalidConfig.
 var (
-	ErrInvalidConfig  = leader.ErrInvalidConfig
-	ErrAlreadyStarted = leader.ErrAlreadyStarted
+	ErrInvalidConfig  = outcome.ErrInvalidConfig
+	ErrAlreadyStarted = outcome.ErrAlreadyStarted
 	// ErrNotSynced is wrapped by the error Run returns when the caches did
 	// not sync within Config.SyncTimeout, and by Ready until they have.
 	ErrNotSynced = errors.New("quietpatch: caches not synced")
 )
 
 // ConfigError names an invalid field and says why.
-type ConfigError = leader.ConfigError
+type ConfigError = outcome.ConfigError
 
 // Config configures a [Controller]. Leases and Lease.Namespace and
 // Lease.Name are required unless Observer is set; every other field has a

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 	coordv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -79,11 +80,11 @@ var _ Observer = (*Claimer)(nil)
 // NewClaimer returns a Claimer for the Lease cfg.Namespace/cfg.Name, using
 // client for every request (pass clientset.CoordinationV1() of a
 // kubernetes.Interface). It applies the defaults documented on [Config] and
-// returns an error wrapping [ErrInvalidConfig], naming the field, for an
+// returns an error wrapping [outcome.ErrInvalidConfig], naming the field, for an
 // impossible configuration. NewClaimer makes no API request.
 func NewClaimer(client coordinationv1client.LeasesGetter, cfg Config) (*Claimer, error) {
 	if client == nil {
-		return nil, fmt.Errorf("%w: client must not be nil", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: client must not be nil", outcome.ErrInvalidConfig)
 	}
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -268,12 +269,12 @@ func (c *Claimer) Relinquish(ctx context.Context, backoff time.Duration) error {
 // [Claimer.AddWriter]). On a permanent error it stops reporting itself as
 // holder at once but cannot vacate.
 //
-// Run may be called once; later calls return [ErrAlreadyStarted].
+// Run may be called once; later calls return [outcome.ErrAlreadyStarted].
 func (c *Claimer) Run(ctx context.Context) error {
 	c.mu.Lock()
 	if c.state != notStarted {
 		c.mu.Unlock()
-		return ErrAlreadyStarted
+		return outcome.ErrAlreadyStarted
 	}
 	c.state = running
 	c.mu.Unlock()
@@ -707,8 +708,8 @@ func (l *loop) permanent(err error, since *time.Time) bool {
 	if !fatal(err) {
 		return false
 	}
-	switch resultOf(err) {
-	case resultForbidden, resultUnauthorized:
+	switch outcome.Of(err) {
+	case outcome.Forbidden, outcome.Unauthorized:
 		now := l.c.clk.Now()
 		if since.IsZero() {
 			*since = now

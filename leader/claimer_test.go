@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 	coordv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -929,14 +930,14 @@ func TestRunTwiceAndReadiness(t *testing.T) {
 	if err := c.Healthy(); err != nil {
 		t.Errorf("Ready while running = %v", err)
 	}
-	if err := c.Run(context.Background()); !errors.Is(err, ErrAlreadyStarted) {
-		t.Errorf("second Run = %v, want ErrAlreadyStarted", err)
+	if err := c.Run(context.Background()); !errors.Is(err, outcome.ErrAlreadyStarted) {
+		t.Errorf("second Run = %v, want outcome.ErrAlreadyStarted", err)
 	}
 	if err := r.stop(); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v", err)
 	}
-	if err := c.Run(context.Background()); !errors.Is(err, ErrAlreadyStarted) {
-		t.Errorf("Run after stop = %v, want ErrAlreadyStarted", err)
+	if err := c.Run(context.Background()); !errors.Is(err, outcome.ErrAlreadyStarted) {
+		t.Errorf("Run after stop = %v, want outcome.ErrAlreadyStarted", err)
 	}
 }
 

@@ -3,13 +3,13 @@ package leader
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -27,30 +27,6 @@ const (
 	// of LeaseDuration is shorter.
 	DefaultCallTimeout = 5 * time.Second
 )
-
-// ErrInvalidConfig is wrapped by every error quietpatch returns for a
-// configuration it rejects: here by [NewClaimer] and [Config.Validate],
-// whose error is a [*ConfigError] naming the field.
-var ErrInvalidConfig = errors.New("quietpatch: invalid config")
-
-// ConfigError says which field of a configuration is invalid and why. It
-// wraps [ErrInvalidConfig]; use errors.As to read the field. It is the
-// config error of every quietpatch package, not only of [Config].
-type ConfigError struct {
-	// Field is the field's path as the caller writes it, relative to the
-	// configuration value passed: "RenewGrace" for Config.RenewGrace.
-	Field string
-	// Reason says what is wrong, e.g. "must be < LeaseDuration (15s), got 20s".
-	Reason string
-}
-
-// Error returns "quietpatch: invalid config: <Field> <Reason>".
-func (e *ConfigError) Error() string {
-	return ErrInvalidConfig.Error() + ": " + e.Field + " " + e.Reason
-}
-
-// Unwrap returns [ErrInvalidConfig].
-func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
 
 // DefaultIdentity returns an identity unique to this process: the pod's
 // name ($POD_NAME, else the host name) followed by "_" and 8 random hex
@@ -72,7 +48,7 @@ func DefaultIdentity() string {
 }
 
 // Validate reports whether cfg would be accepted by [NewClaimer]: nil, or a
-// [*ConfigError] naming the first invalid field. Defaults are applied to a
+// [*outcome.ConfigError] naming the first invalid field. Defaults are applied to a
 // copy first, so zero fields are valid.
 func (cfg Config) Validate() error {
 	_, err := cfg.withDefaults()
@@ -261,5 +237,5 @@ func (cfg Config) withDefaults() (Config, error) {
 func configErr(format string, args ...any) error {
 	msg := fmt.Sprintf(format, args...)
 	field, reason, _ := strings.Cut(msg, " ")
-	return &ConfigError{Field: field, Reason: reason}
+	return &outcome.ConfigError{Field: field, Reason: reason}
 }

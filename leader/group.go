@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 	coordv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -66,14 +67,14 @@ type View struct {
 // and Logger, with Claimer's defaults and rules.
 func NewGroup(client coordinationv1client.LeasesGetter, cfg Config, shards int) (*Group, error) {
 	if client == nil {
-		return nil, &ConfigError{Field: "Leases", Reason: "must not be nil"}
+		return nil, &outcome.ConfigError{Field: "Leases", Reason: "must not be nil"}
 	}
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
 	if shards < 1 {
-		return nil, &ConfigError{Field: "Shards", Reason: fmt.Sprintf("must be >= 1, got %d", shards)}
+		return nil, &outcome.ConfigError{Field: "Shards", Reason: fmt.Sprintf("must be >= 1, got %d", shards)}
 	}
 	g := &Group{
 		leases: client.Leases(cfg.Namespace), cfg: cfg, shards: shards, clk: cfg.Clock,
@@ -82,7 +83,7 @@ func NewGroup(client coordinationv1client.LeasesGetter, cfg Config, shards int) 
 	}
 	for i := range shards {
 		if name := g.ShardLease(i); len(name) > 253 {
-			return nil, &ConfigError{Field: "Name", Reason: fmt.Sprintf("is too long for the shard Lease names (%q)", name)}
+			return nil, &outcome.ConfigError{Field: "Name", Reason: fmt.Sprintf("is too long for the shard Lease names (%q)", name)}
 		}
 	}
 	return g, nil

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 	coordv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -368,9 +369,9 @@ func TestNewGroupRejectsInvalidConfig(t *testing.T) {
 			} else {
 				_, err = NewGroup(nil, cfg, tc.shards)
 			}
-			var ce *ConfigError
-			if !errors.As(err, &ce) || !errors.Is(err, ErrInvalidConfig) {
-				t.Fatalf("err = %v, want a *ConfigError", err)
+			var ce *outcome.ConfigError
+			if !errors.As(err, &ce) || !errors.Is(err, outcome.ErrInvalidConfig) {
+				t.Fatalf("err = %v, want a *outcome.ConfigError", err)
 			}
 			if ce.Field != tc.field {
 				t.Errorf("err %v names %s, want %s", err, ce.Field, tc.field)

@@ -2,14 +2,14 @@ package leader
 
 import (
 	"context"
-	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
-// Instrument names and attribute keys; the package documentation has the
-// table.
+// Instrument names and attribute keys; docs/metrics.md has the table.
 const (
 	metricIsLeader    = "quietpatch.leader.is_leader"
 	metricEpoch       = "quietpatch.leader.epoch"
@@ -34,9 +34,13 @@ const (
 	opWatch   = "watch"
 )
 
-func operations() []string { return []string{opGet, opCreate, opAcquire, opRenew, opVacate, opWatch} }
+// request is one (operation, result) pair of the requests counter.
+type request struct {
+	op     string
+	result outcome.Outcome
+}
 
-// instruments counts in atomics and reports through observable
+// instruments count in [outcome.Counters] and report through observable
 // instruments, so the claimer's loop never waits on a metrics SDK.
 type instruments struct {
 	meter       metric.Meter
@@ -45,40 +49,21 @@ type instruments struct {
 	transitions metric.Int64ObservableCounter
 	requests    metric.Int64ObservableCounter
 
-	leaderSet   attribute.Set                  // lease + identity
-	leaseSet    attribute.Set                  // lease
-	transSets   [2]attribute.Set               // acquired, lost
-	acquired    atomic.Int64                   // transitions
-	lost        atomic.Int64                   //
-	reqSets     map[requestKey]*requestCounter // by operation and result; fixed after newInstruments
-	requestKeys []requestKey                   // in a fixed order
-}
-
-type requestKey struct {
-	op     string
-	result result
-}
-
-type requestCounter struct {
-	n   atomic.Int64
-	set attribute.Set
+	lease, leader attribute.Set
+	moves         outcome.Counters[string]  // transitions, by direction
+	calls         outcome.Counters[request] // requests
 }
 
 func newInstruments(m metric.Meter, namespace, name, identity string) (*instruments, error) {
-	in := &instruments{meter: m, reqSets: map[requestKey]*requestCounter{}}
-	leaseKVs := []attribute.KeyValue{attribute.String(attrNamespace, namespace), attribute.String(attrLease, name)}
-	in.leaseSet = attribute.NewSet(leaseKVs...)
-	in.leaderSet = attribute.NewSet(append(leaseKVs[:2:2], attribute.String(attrIdentity, identity))...)
-	in.transSets[0] = attribute.NewSet(append(leaseKVs[:2:2], attribute.String(attrDirection, "acquired"))...)
-	in.transSets[1] = attribute.NewSet(append(leaseKVs[:2:2], attribute.String(attrDirection, "lost"))...)
-	for _, op := range operations() {
-		for _, o := range results() {
-			k := requestKey{op, o}
-			in.reqSets[k] = &requestCounter{set: attribute.NewSet(append(leaseKVs[:2:2],
-				attribute.String(attrOperation, op), attribute.String(attrResult, string(o)))...)}
-			in.requestKeys = append(in.requestKeys, k)
+	var reqs []request
+	for _, op := range []string{opGet, opCreate, opAcquire, opRenew, opVacate, opWatch} {
+		for _, o := range outcome.All() {
+			reqs = append(reqs, request{op, o})
 		}
 	}
+	in := &instruments{meter: m, moves: outcome.NewCounters("acquired", "lost"), calls: outcome.NewCounters(reqs...)}
+	in.lease = attribute.NewSet(attribute.String(attrNamespace, namespace), attribute.String(attrLease, name))
+	in.leader = in.with(attribute.String(attrIdentity, identity))
 	var err error
 	if in.isLeader, err = m.Int64ObservableGauge(metricIsLeader,
 		metric.WithDescription("1 while this replica holds the lease (claim current on the local clock), else 0.")); err != nil {
@@ -101,12 +86,22 @@ func newInstruments(m metric.Meter, namespace, name, identity string) (*instrume
 	return in, nil
 }
 
+// with returns the lease's attributes plus kv.
+func (in *instruments) with(kv ...attribute.KeyValue) attribute.Set {
+	return attribute.NewSet(append(in.lease.ToSlice(), kv...)...)
+}
+
 // observe registers the callback of every instrument; the returned function
 // unregisters it. isLeader and epoch are read at each collection.
 func (in *instruments) observe(isLeader func() bool, epoch func() int64) (func(), error) {
-	leaderOpt := metric.WithAttributeSet(in.leaderSet)
-	leaseOpt := metric.WithAttributeSet(in.leaseSet)
-	transOpts := [2]metric.ObserveOption{metric.WithAttributeSet(in.transSets[0]), metric.WithAttributeSet(in.transSets[1])}
+	sets := map[any]metric.ObserveOption{}
+	for _, d := range in.moves.Keys() {
+		sets[d] = metric.WithAttributeSet(in.with(attribute.String(attrDirection, d)))
+	}
+	for _, r := range in.calls.Keys() {
+		sets[r] = metric.WithAttributeSet(in.with(attribute.String(attrOperation, r.op), attribute.String(attrResult, string(r.result))))
+	}
+	leaderOpt, leaseOpt := metric.WithAttributeSet(in.leader), metric.WithAttributeSet(in.lease)
 	reg, err := in.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		v := int64(0)
 		if isLeader() {
@@ -114,12 +109,12 @@ func (in *instruments) observe(isLeader func() bool, epoch func() int64) (func()
 		}
 		o.ObserveInt64(in.isLeader, v, leaderOpt)
 		o.ObserveInt64(in.epoch, epoch(), leaseOpt)
-		o.ObserveInt64(in.transitions, in.acquired.Load(), transOpts[0])
-		o.ObserveInt64(in.transitions, in.lost.Load(), transOpts[1])
-		for _, k := range in.requestKeys {
-			c := in.reqSets[k]
-			if n := c.n.Load(); n > 0 {
-				o.ObserveInt64(in.requests, n, metric.WithAttributeSet(c.set))
+		for _, d := range in.moves.Keys() {
+			o.ObserveInt64(in.transitions, in.moves.Get(d), sets[d])
+		}
+		for _, r := range in.calls.Keys() {
+			if n := in.calls.Get(r); n > 0 {
+				o.ObserveInt64(in.requests, n, sets[r])
 			}
 		}
 		return nil
@@ -132,14 +127,10 @@ func (in *instruments) observe(isLeader func() bool, epoch func() int64) (func()
 
 func (in *instruments) transition(acquired bool) {
 	if acquired {
-		in.acquired.Add(1)
+		in.moves.Add("acquired")
 	} else {
-		in.lost.Add(1)
+		in.moves.Add("lost")
 	}
 }
 
-func (in *instruments) request(op string, err error) {
-	if c := in.reqSets[requestKey{op, resultOf(err)}]; c != nil {
-		c.n.Add(1)
-	}
-}
+func (in *instruments) request(op string, err error) { in.calls.Add(request{op, outcome.Of(err)}) }

@@ -84,13 +84,13 @@ type Dispatcher[O, S, P any] struct {
 	opts    Options
 	lim     *limiter
 	inst    *dispatchInstruments
-	life    lifecycle
+	life    outcome.Lifecycle
 	stop    chan struct{} // closed when Run's ctx ends
 
-	patches    sync.Map // outcome.Outcome → *atomic.Int64
-	dropped    sync.Map // reason → *atomic.Int64
+	patches    outcome.Counters[outcome.Outcome]
+	dropped    outcome.Counters[string] // by reason (dropReasons)
 	unanswered atomic.Int64
-	lastWarn   sync.Map // outcome.Outcome → *atomic.Int64 (unix nanos)
+	lastWarn   map[outcome.Outcome]*atomic.Int64 // unix nanos of the last warning, by outcome
 }
 
 // NewDispatcher returns a dispatcher of q's keys, whose objects it gets
@@ -105,7 +105,7 @@ func NewDispatcher[O, S, P any](q *PatchQueue[types.NamespacedName], src Source[
 		return nil, err
 	}
 	if patcher == nil {
-		return nil, &leader.ConfigError{Field: "Patcher", Reason: "must not be nil"}
+		return nil, &outcome.ConfigError{Field: "Patcher", Reason: "must not be nil"}
 	}
 	opts, err := opts.complete()
 	if err != nil {
@@ -119,7 +119,11 @@ func NewDispatcher[O, S, P any](q *PatchQueue[types.NamespacedName], src Source[
 	if err != nil {
 		return nil, err
 	}
-	d := &Dispatcher[O, S, P]{queue: q, src: src, comp: comp, patcher: patcher, leader: l, opts: opts, lim: lim, stop: make(chan struct{})}
+	d := &Dispatcher[O, S, P]{queue: q, src: src, comp: comp, patcher: patcher, leader: l, opts: opts, lim: lim, stop: make(chan struct{}),
+		patches: outcome.NewCounters(outcome.All()...), dropped: outcome.NewCounters(dropReasons...), lastWarn: map[outcome.Outcome]*atomic.Int64{}}
+	for _, o := range []outcome.Outcome{outcome.Forbidden, outcome.Unauthorized, outcome.Invalid, outcome.Timeout, outcome.Error} {
+		d.lastWarn[o] = new(atomic.Int64) // the outcomes warned about, at most once a minute each
+	}
 	if d.inst, err = newDispatchInstruments(opts, d.Stats); err != nil {
 		return nil, err
 	}
@@ -132,12 +136,12 @@ func NewDispatcher[O, S, P any](q *PatchQueue[types.NamespacedName], src Source[
 }
 
 // Run serves the queue until ctx ends or the queue is closed and drained,
-// and returns nil; a second call returns leader.ErrAlreadyStarted. On
+// and returns nil; a second call returns outcome.ErrAlreadyStarted. On
 // ctx's end no new call starts, the calls in flight run to their answer
 // (at most twice PatchTimeout is waited for a Patcher that ignores its
 // context), and the keys still queued are dropped (reason shutdown).
 func (d *Dispatcher[O, S, P]) Run(ctx context.Context) error {
-	if err := d.life.start(); err != nil {
+	if err := d.life.Start(); err != nil {
 		return err
 	}
 	changes, unsubscribe := d.leader.Subscribe()
@@ -146,11 +150,11 @@ func (d *Dispatcher[O, S, P]) Run(ctx context.Context) error {
 		defer close(watchDone)
 		for {
 			select {
-			case c, ok := <-changes:
+			case _, ok := <-changes:
 				if !ok {
 					return
 				}
-				d.lim.observe(c, c.IsCurrentFor(d.leader.Identity(), d.opts.Clock.Now()))
+				d.lim.observe(d.claim)
 			case <-stopWatch: // an Observer need not close the channel
 				return
 			}
@@ -187,7 +191,7 @@ func (d *Dispatcher[O, S, P]) Run(ctx context.Context) error {
 	unsubscribe()
 	close(stopWatch)
 	<-watchDone
-	d.life.stop("dispatcher", reason)
+	stopped(&d.life, "dispatcher", reason)
 	d.opts.Logger.Info("statuspatch: dispatcher stopped", slog.String("reason", reason))
 	return nil
 }
@@ -267,6 +271,12 @@ func (d *Dispatcher[O, S, P]) serve(key types.NamespacedName) {
 	}
 }
 
+// claim returns the latest claim and whether it is ours now.
+func (d *Dispatcher[O, S, P]) claim() (leader.Claim, bool) {
+	c := d.leader.Current()
+	return c, c.IsCurrentFor(d.leader.Identity(), d.opts.Clock.Now())
+}
+
 // build gets the object and builds its patch, or says why there is none.
 func (d *Dispatcher[O, S, P]) build(key types.NamespacedName) (payload P, reason string, err error) {
 	stage := "Source.Get"
@@ -322,32 +332,20 @@ func (d *Dispatcher[O, S, P]) call(key types.NamespacedName, c call, payload P, 
 		d.unanswered.Add(1)
 	}
 	d.lim.end(c, elapsed, err, answered)
-	counter(&d.patches, o).Add(1)
+	d.patches.Add(o)
 	d.inst.call(o, elapsed)
 	if err == nil {
 		return
 	}
 	level := slog.LevelDebug
-	switch o {
-	case outcome.Forbidden, outcome.Unauthorized, outcome.Invalid, outcome.Timeout, outcome.Error:
-		last := counter(&d.lastWarn, o)
-		prev := last.Load()
-		if start.UnixNano()-prev >= int64(time.Minute) && last.CompareAndSwap(prev, start.UnixNano()) {
+	if last := d.lastWarn[o]; last != nil {
+		if prev := last.Load(); start.UnixNano()-prev >= int64(time.Minute) && last.CompareAndSwap(prev, start.UnixNano()) {
 			level = slog.LevelWarn
 		}
 	}
 	d.opts.Logger.Log(context.Background(), level, "statuspatch: patch failed; not retried, the next pass recomputes it",
 		slog.String("key", key.String()), slog.String("outcome", string(o)),
 		slog.Duration("elapsed", elapsed), slog.Duration("deadline", timeout), slog.Any("error", err))
-}
-
-// counter returns the counter of k in m.
-func counter[K comparable](m *sync.Map, k K) *atomic.Int64 {
-	if c, ok := m.Load(k); ok {
-		return c.(*atomic.Int64)
-	}
-	c, _ := m.LoadOrStore(k, new(atomic.Int64))
-	return c.(*atomic.Int64)
 }
 
 func (d *Dispatcher[O, S, P]) dropReleasing(key types.NamespacedName, reason string, err error) {
@@ -357,7 +355,7 @@ func (d *Dispatcher[O, S, P]) dropReleasing(key types.NamespacedName, reason str
 
 // drop counts and logs a key served without a call.
 func (d *Dispatcher[O, S, P]) drop(key types.NamespacedName, reason string, err error) {
-	counter(&d.dropped, reason).Add(1)
+	d.dropped.Add(reason)
 	if d.opts.Logger.Enabled(context.Background(), slog.LevelDebug) {
 		d.opts.Logger.Debug("statuspatch: no patch sent", slog.String("key", key.String()),
 			slog.String("reason", string(reason)), slog.Any("error", err))
@@ -386,20 +384,17 @@ func (d *Dispatcher[O, S, P]) Quiesce(ctx context.Context, epoch int64) bool {
 // Stats returns the dispatcher's counters.
 func (d *Dispatcher[O, S, P]) Stats() DispatcherStats {
 	st := d.lim.stateAt(d.opts.Clock.Now())
-	s := DispatcherStats{Patches: map[outcome.Outcome]int64{}, Dropped: map[string]int64{},
+	return DispatcherStats{Patches: d.patches.Snapshot(), Dropped: d.dropped.Snapshot(),
 		InFlight: st.calls, Unanswered: d.unanswered.Load(), Limit: st.limit,
 		Latency: time.Duration(st.latency * float64(time.Second)), DrainRate: st.drainRate,
 		Backoff: st.backoff, RetryAfters: st.retryAfters}
-	d.patches.Range(func(k, v any) bool { s.Patches[k.(outcome.Outcome)] = v.(*atomic.Int64).Load(); return true })
-	d.dropped.Range(func(k, v any) bool { s.Dropped[k.(string)] = v.(*atomic.Int64).Load(); return true })
-	return s
 }
 
 // Healthy returns nil while Run serves the queue; an error wrapping
 // [ErrNotRunning] before and after; an error when a patch call has run for
 // more than twice PatchTimeout (a Patcher that ignores its context).
 func (d *Dispatcher[O, S, P]) Healthy() error {
-	if err := d.life.healthy(); err != nil {
+	if err := healthy(&d.life); err != nil {
 		return err
 	}
 	if from := d.lim.oldestCall(); from != 0 {

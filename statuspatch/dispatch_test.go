@@ -887,7 +887,7 @@ func TestDispatchDrainsClosedQueue(t *testing.T) {
 	if err := r.d.Healthy(); !errors.Is(err, ErrNotRunning) || !strings.Contains(err.Error(), "drained") {
 		t.Errorf("Healthy = %v, want ErrNotRunning saying the queue was drained", err)
 	}
-	if err := r.d.Run(context.Background()); !errors.Is(err, leader.ErrAlreadyStarted) {
+	if err := r.d.Run(context.Background()); !errors.Is(err, outcome.ErrAlreadyStarted) {
 		t.Errorf("second Run = %v, want ErrAlreadyStarted", err)
 	}
 }
@@ -1145,9 +1145,9 @@ func TestNewDispatcherValidation(t *testing.T) {
 				}
 				return
 			}
-			var ce *leader.ConfigError
-			if !errors.As(err, &ce) || ce.Field != c.wantField || !errors.Is(err, leader.ErrInvalidConfig) {
-				t.Errorf("err = %v, want a *leader.ConfigError for %s wrapping ErrInvalidConfig", err, c.wantField)
+			var ce *outcome.ConfigError
+			if !errors.As(err, &ce) || ce.Field != c.wantField || !errors.Is(err, outcome.ErrInvalidConfig) {
+				t.Errorf("err = %v, want a *outcome.ConfigError for %s wrapping ErrInvalidConfig", err, c.wantField)
 			}
 		})
 	}

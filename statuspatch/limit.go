@@ -278,11 +278,14 @@ func (l *limiter) doneLocked(now time.Time, latency time.Duration, err error) {
 	l.grantLocked(now)
 }
 
-// observe ends the newest epoch's calls when its claim is over: ours is
-// false (not current for us), or c is of another epoch.
-func (l *limiter) observe(c leader.Claim, ours bool) {
+// observe ends the newest epoch's calls when its claim is over: the claim
+// current returns now is not ours, or of another epoch. It reads the claim
+// under the lock, so that a call begun under a fresher claim than the one
+// a lagging notification carried is not ended by it.
+func (l *limiter) observe(current func() (leader.Claim, bool)) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	c, ours := current()
 	if l.cur != nil && !l.cur.ended && (!ours || c.Epoch != l.cur.epoch) {
 		l.cur.ended = true
 		l.cur.cancel()

@@ -639,7 +639,7 @@ func TestLimiterEpochFence(t *testing.T) {
 		t.Run("observe: "+tc.label, func(t *testing.T) {
 			l, _ := newFixedLimiter(t, 4)
 			c := begin(t, l, 5)
-			l.observe(tc.claim, tc.ours)
+			l.observe(func() (leader.Claim, bool) { return tc.claim, tc.ours })
 			if ended := c.ec.ctx.Err() != nil; ended != tc.wantEnded {
 				t.Errorf("call ctx ended: %v, want %v", ended, tc.wantEnded)
 			}
@@ -655,7 +655,7 @@ func TestLimiterEpochFence(t *testing.T) {
 	}
 	t.Run("observe before any call ends nothing", func(t *testing.T) {
 		l, _ := newFixedLimiter(t, 4)
-		l.observe(leader.Claim{}, false)
+		l.observe(func() (leader.Claim, bool) { return leader.Claim{}, false })
 		begin(t, l, 1)
 	})
 }

@@ -11,7 +11,6 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/quietpatch/quietpatch/ewma"
-	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
@@ -87,7 +86,7 @@ func (in *instruments) register(f metric.Callback) error {
 		_, err = in.m.RegisterCallback(f, in.insts...)
 	}
 	if err != nil {
-		return &leader.ConfigError{Field: "Meter", Reason: "cannot create the instruments: " + err.Error()}
+		return &outcome.ConfigError{Field: "Meter", Reason: "cannot create the instruments: " + err.Error()}
 	}
 	return nil
 }
@@ -158,29 +157,29 @@ func (qi *queueInstruments) waited(now, since time.Time) {
 
 // Results of a pass, the values of the result attribute of
 // quietpatch.reconcile.passes.
-var passResults = []string{"completed", "halted", "not_leader", "error", "canceled", "closed"}
+const (
+	passCompleted = "completed"
+	passHalted    = "halted"
+	passNotLeader = "not_leader"
+	passError     = "error"
+	passCanceled  = "canceled"
+	passClosed    = "closed"
+)
+
+var passResults = []string{passCompleted, passHalted, passNotLeader, passError, passCanceled, passClosed}
 
 // Results of an object in a pass, of quietpatch.reconcile.objects.
-var objResults = []string{"unchanged", "changed", "error"}
-
 const (
-	passCompleted = iota
-	passHalted
-	passNotLeader
-	passError
-	passCanceled
-	passClosed
+	objUnchanged = "unchanged"
+	objChanged   = "changed"
+	objError     = "error"
 )
 
-const (
-	objUnchanged = iota
-	objChanged
-	objError
-)
+var objResults = []string{objUnchanged, objChanged, objError}
 
 type reconcileInstruments struct {
 	duration metric.Float64Histogram
-	opts     []metric.RecordOption
+	opts     map[string]metric.RecordOption
 }
 
 func newReconcileInstruments(o Options, stats func() ReconcilerStats) (*reconcileInstruments, error) {
@@ -188,34 +187,33 @@ func newReconcileInstruments(o Options, stats func() ReconcilerStats) (*reconcil
 	if in == nil {
 		return nil, nil
 	}
-	ri := &reconcileInstruments{duration: in.histogram("quietpatch.reconcile.duration", "Duration of reconcile passes, by result.", passBuckets...)}
+	ri := &reconcileInstruments{opts: map[string]metric.RecordOption{}, duration: in.histogram("quietpatch.reconcile.duration", "Duration of reconcile passes, by result.", passBuckets...)}
 	passes := in.counter("quietpatch.reconcile.passes", "{pass}", "Reconcile passes, by result: completed, halted (a lane at capacity), not_leader, error (listing failed), canceled, closed (queue closed).")
 	objects := in.counter("quietpatch.reconcile.objects", "{object}", "Objects compared by passes, by result: unchanged, changed (key queued), error.")
 	halted := in.counter("quietpatch.reconcile.halted", "{pass}", "Passes halted because the pass lane was at capacity.")
-	passSets := make([]metric.MeasurementOption, len(passResults))
-	for i, r := range passResults {
-		passSets[i] = in.set(attribute.String(resultAttr, r))
-		ri.opts = append(ri.opts, passSets[i])
+	passSets, objSets := map[string]metric.MeasurementOption{}, map[string]metric.MeasurementOption{}
+	for _, r := range passResults {
+		passSets[r] = in.set(attribute.String(resultAttr, r))
+		ri.opts[r] = passSets[r]
 	}
-	objSets := make([]metric.MeasurementOption, len(objResults))
-	for i, r := range objResults {
-		objSets[i] = in.set(attribute.String(resultAttr, r))
+	for _, r := range objResults {
+		objSets[r] = in.set(attribute.String(resultAttr, r))
 	}
 	plain := in.set()
 	return ri, in.register(func(_ context.Context, ob metric.Observer) error {
 		s := stats()
-		for i, r := range passResults {
-			ob.ObserveInt64(passes, s.Passes[r], passSets[i])
+		for r, set := range passSets {
+			ob.ObserveInt64(passes, s.Passes[r], set)
 		}
-		for i, r := range objResults {
-			ob.ObserveInt64(objects, s.Objects[r], objSets[i])
+		for r, set := range objSets {
+			ob.ObserveInt64(objects, s.Objects[r], set)
 		}
 		ob.ObserveInt64(halted, s.Halted, plain)
 		return nil
 	})
 }
 
-func (ri *reconcileInstruments) pass(result int, d time.Duration) {
+func (ri *reconcileInstruments) pass(result string, d time.Duration) {
 	if ri != nil {
 		ri.duration.Record(context.Background(), d.Seconds(), ri.opts[result])
 	}

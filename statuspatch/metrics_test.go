@@ -357,9 +357,9 @@ func TestMeterFailureIsAConfigError(t *testing.T) {
 	_, rerr := NewReconciler(&fakeSource{}, &tComputer{}, q2, obs, opts)
 	_, derr := NewDispatcher(q2, &fakeSource{}, &tComputer{}, &recordingPatcher{}, obs, opts)
 	for part, err := range map[string]error{"NewPatchQueue": qerr, "NewReconciler": rerr, "NewDispatcher": derr} {
-		var ce *leader.ConfigError
+		var ce *outcome.ConfigError
 		if !errors.As(err, &ce) || ce.Field != "Meter" || !strings.Contains(ce.Reason, "no more instruments") {
-			t.Errorf("%s: %v, want a *leader.ConfigError for Meter", part, err)
+			t.Errorf("%s: %v, want a *outcome.ConfigError for Meter", part, err)
 		}
 	}
 	if q != nil {
@@ -380,7 +380,7 @@ func BenchmarkInstrumentsPerCall(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			opts, _ := opts.complete()
-			var d Dispatcher[*tObj, []int, tPayload]
+			d := Dispatcher[*tObj, []int, tPayload]{patches: outcome.NewCounters(outcome.All()...)}
 			var err error
 			if d.inst, err = newDispatchInstruments(opts, d.Stats); err != nil {
 				b.Fatal(err)
@@ -388,7 +388,7 @@ func BenchmarkInstrumentsPerCall(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				d.inst.call(outcome.OK, 5*time.Millisecond)
-				counter(&d.patches, outcome.OK).Add(1)
+				d.patches.Add(outcome.OK)
 			}
 		})
 	}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -12,6 +11,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/quietpatch/quietpatch/leader"
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 // Defaults of [Options].
@@ -81,10 +81,10 @@ type Options struct {
 }
 
 // complete checks o and fills in the defaults. Errors are
-// *leader.ConfigError naming the field.
+// *outcome.ConfigError naming the field.
 func (o Options) complete() (Options, error) {
 	bad := func(field, format string, args ...any) (Options, error) {
-		return o, &leader.ConfigError{Field: field, Reason: fmt.Sprintf(format, args...)}
+		return o, &outcome.ConfigError{Field: field, Reason: fmt.Sprintf(format, args...)}
 	}
 	switch {
 	case o.Capacity < 0:
@@ -128,48 +128,24 @@ func (o Options) complete() (Options, error) {
 // checkLeader validates a leader.Observer argument.
 func checkLeader(l leader.Observer) error {
 	if l == nil || l.Identity() == "" {
-		return &leader.ConfigError{Field: "Leader", Reason: "must be set, with a non-empty Identity()"}
+		return &outcome.ConfigError{Field: "Leader", Reason: "must be set, with a non-empty Identity()"}
 	}
 	return nil
 }
 
-// lifecycle is the Run state every part shares: Run once, Healthy while it
-// runs.
-type lifecycle struct {
-	mu      sync.Mutex
-	started bool
-	running bool
-	why     error
+// stopped records on l that part's Run returned, for reason: Healthy then
+// reports an error wrapping ErrNotRunning.
+func stopped(l *outcome.Lifecycle, part, reason string) {
+	l.Stop(fmt.Errorf("%w: %s stopped: %s", ErrNotRunning, part, reason))
 }
 
-// start marks Run as called; it fails on a second call.
-func (l *lifecycle) start() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.started {
-		return leader.ErrAlreadyStarted
-	}
-	l.started, l.running = true, true
-	return nil
-}
-
-// stop records why Run returned.
-func (l *lifecycle) stop(part, reason string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.running = false
-	l.why = fmt.Errorf("%w: %s stopped: %s", ErrNotRunning, part, reason)
-}
-
-// healthy returns nil while Run runs.
-func (l *lifecycle) healthy() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	switch {
-	case l.running:
+// healthy returns nil while l's Run runs, else why it does not.
+func healthy(l *outcome.Lifecycle) error {
+	switch started, running, why := l.State(); {
+	case running:
 		return nil
-	case l.why != nil:
-		return l.why
+	case started:
+		return why
 	}
 	return fmt.Errorf("%w: Run not called", ErrNotRunning)
 }

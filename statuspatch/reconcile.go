@@ -8,12 +8,12 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/quietpatch/quietpatch/leader"
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 // Source gives the pipeline the objects, typically an informer's cache.
@@ -52,12 +52,11 @@ type Reconciler[O, S, P any] struct {
 	leader leader.Observer
 	opts   Options
 	inst   *reconcileInstruments
-	life   lifecycle
+	life   outcome.Lifecycle
 	kick   chan struct{}
 
-	passes  [6]atomic.Int64
-	objects [3]atomic.Int64
-	halted  atomic.Int64
+	passes  outcome.Counters[string] // by result (passResults)
+	objects outcome.Counters[string] // by result (objResults)
 
 	mu        sync.Mutex // serializes passes; guards the cursor and halt log
 	cursor    types.NamespacedName
@@ -102,7 +101,8 @@ func NewReconciler[O, S, P any](src Source[O], comp StatusComputer[O, S, P], q *
 	if err != nil {
 		return nil, err
 	}
-	r := &Reconciler[O, S, P]{src: src, comp: comp, queue: q, leader: l, opts: opts, kick: make(chan struct{}, 1)}
+	r := &Reconciler[O, S, P]{src: src, comp: comp, queue: q, leader: l, opts: opts, kick: make(chan struct{}, 1),
+		passes: outcome.NewCounters(passResults...), objects: outcome.NewCounters(objResults...)}
 	if r.inst, err = newReconcileInstruments(opts, r.Stats); err != nil {
 		return nil, err
 	}
@@ -111,7 +111,7 @@ func NewReconciler[O, S, P any](src Source[O], comp StatusComputer[O, S, P], q *
 
 // checkParts names the first missing part.
 func checkParts[O, S, P any](src Source[O], comp StatusComputer[O, S, P], q *PatchQueue[types.NamespacedName], l leader.Observer) error {
-	missing := func(f string) error { return &leader.ConfigError{Field: f, Reason: "must not be nil"} }
+	missing := func(f string) error { return &outcome.ConfigError{Field: f, Reason: "must not be nil"} }
 	switch {
 	case src == nil:
 		return missing("Source")
@@ -131,7 +131,7 @@ func checkParts[O, S, P any](src Source[O], comp StatusComputer[O, S, P], q *Pat
 		err = f.validate()
 	}
 	if err != nil {
-		return &leader.ConfigError{Field: "Computer", Reason: err.Error()}
+		return &outcome.ConfigError{Field: "Computer", Reason: err.Error()}
 	}
 	return checkLeader(l)
 }
@@ -174,7 +174,7 @@ func (r *Reconciler[O, S, P]) ReconcileAll(ctx context.Context) (PassResult, err
 	defer r.mu.Unlock()
 	start := r.opts.Clock.Now()
 	res, kind, err := r.pass(ctx)
-	r.passes[kind].Add(1)
+	r.passes.Add(kind)
 	r.inst.pass(kind, r.opts.Clock.Since(start))
 	if kind == passHalted || kind == passCompleted {
 		r.logHalts(ctx, res, kind == passHalted, r.opts.Clock.Now())
@@ -188,7 +188,7 @@ func (r *Reconciler[O, S, P]) claim() (leader.Claim, bool) {
 }
 
 // pass does the work of ReconcileAll with r.mu held.
-func (r *Reconciler[O, S, P]) pass(ctx context.Context) (res PassResult, kind int, err error) {
+func (r *Reconciler[O, S, P]) pass(ctx context.Context) (res PassResult, kind string, err error) {
 	claim, ok := r.claim()
 	if !ok {
 		return res, passNotLeader, ErrNotLeader
@@ -237,7 +237,6 @@ func (r *Reconciler[O, S, P]) pass(ctx context.Context) (res PassResult, kind in
 				kind = passClosed
 				if errors.Is(aerr, ErrFull) {
 					kind, res.Halted = passHalted, true
-					r.halted.Add(1)
 				}
 				err = fmt.Errorf("statuspatch: reconcile pass stopped at object %d of %d: %w", j+1, len(objs), aerr)
 				break
@@ -246,7 +245,7 @@ func (r *Reconciler[O, S, P]) pass(ctx context.Context) (res PassResult, kind in
 		switch {
 		case cerr != nil:
 			res.Errors++
-			r.objects[objError].Add(1)
+			r.objects.Add(objError)
 			if firstErr == nil {
 				if keys == nil { // check names changed objects only
 					key, _ = r.key(objs[i])
@@ -255,10 +254,10 @@ func (r *Reconciler[O, S, P]) pass(ctx context.Context) (res PassResult, kind in
 			}
 		case changed:
 			res.Changed++
-			r.objects[objChanged].Add(1)
+			r.objects.Add(objChanged)
 		default:
 			res.Unchanged++
-			r.objects[objUnchanged].Add(1)
+			r.objects.Add(objUnchanged)
 		}
 		res.Visited++
 		last = i
@@ -325,7 +324,7 @@ func (r *Reconciler[O, S, P]) sortByKey(objs []O) (_ []O, _ []types.NamespacedNa
 	for _, o := range objs {
 		k, err := r.key(o)
 		if err != nil {
-			r.objects[objError].Add(1)
+			r.objects.Add(objError)
 			if bad++; firstErr == nil {
 				firstErr = err
 			}
@@ -381,13 +380,13 @@ func (r *Reconciler[O, S, P]) logHalts(ctx context.Context, res PassResult, halt
 
 // Run reconciles while we lead, until ctx ends (nil) or the queue is
 // closed (an error wrapping ErrClosed); a second call returns
-// leader.ErrAlreadyStarted. It makes a full pass at every tick of
+// outcome.ErrAlreadyStarted. It makes a full pass at every tick of
 // Interval (skipping a tick less than Interval/2 after the last pass), at
 // once on gaining leadership of a new epoch — seen by notification or at
 // a tick, whichever comes first —, on Resync, and after a halted pass as
 // soon as half of the pass lane is free.
 func (r *Reconciler[O, S, P]) Run(ctx context.Context) error {
-	if err := r.life.start(); err != nil {
+	if err := r.life.Start(); err != nil {
 		return err
 	}
 	changes, unsubscribe := r.leader.Subscribe()
@@ -399,7 +398,7 @@ func (r *Reconciler[O, S, P]) Run(ctx context.Context) error {
 	if err != nil {
 		reason = err.Error()
 	}
-	r.life.stop("reconciler", reason)
+	stopped(&r.life, "reconciler", reason)
 	r.opts.Logger.Info("statuspatch: reconciler stopped", slog.String("reason", reason))
 	return err
 }
@@ -465,20 +464,9 @@ func (r *Reconciler[O, S, P]) loop(ctx context.Context, changes <-chan leader.Cl
 
 // Healthy returns nil while Run runs, else an error wrapping
 // [ErrNotRunning]. A reconciler that does not lead is healthy: it waits.
-func (r *Reconciler[O, S, P]) Healthy() error { return r.life.healthy() }
+func (r *Reconciler[O, S, P]) Healthy() error { return healthy(&r.life) }
 
 // Stats returns the reconciler's counters.
 func (r *Reconciler[O, S, P]) Stats() ReconcilerStats {
-	s := ReconcilerStats{Passes: map[string]int64{}, Objects: map[string]int64{}, Halted: r.halted.Load()}
-	for i, k := range passResults {
-		if n := r.passes[i].Load(); n > 0 {
-			s.Passes[k] = n
-		}
-	}
-	for i, k := range objResults {
-		if n := r.objects[i].Load(); n > 0 {
-			s.Objects[k] = n
-		}
-	}
-	return s
+	return ReconcilerStats{Passes: r.passes.Snapshot(), Objects: r.objects.Snapshot(), Halted: r.passes.Get(passHalted)}
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/quietpatch/quietpatch/leader"
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 type tReconciler = Reconciler[*tObj, []metav1.Condition, tPayload]
@@ -743,7 +744,7 @@ func TestRunReturnsWhenQueueClosed(t *testing.T) {
 	if h := r.rec.Healthy(); !errors.Is(h, ErrNotRunning) || !strings.Contains(h.Error(), "closed") {
 		t.Errorf("Healthy after Run returned = %v, want ErrNotRunning saying why", h)
 	}
-	if err := r.rec.Run(context.Background()); !errors.Is(err, leader.ErrAlreadyStarted) {
+	if err := r.rec.Run(context.Background()); !errors.Is(err, outcome.ErrAlreadyStarted) {
 		t.Errorf("second Run = %v, want ErrAlreadyStarted", err)
 	}
 	if st := r.rec.Stats(); st.Passes["closed"] != 1 {
@@ -855,9 +856,9 @@ func TestNewReconcilerValidation(t *testing.T) {
 				}
 				return
 			}
-			var ce *leader.ConfigError
-			if !errors.As(err, &ce) || ce.Field != c.wantField || !errors.Is(err, leader.ErrInvalidConfig) {
-				t.Errorf("err = %v, want a *leader.ConfigError for %s wrapping ErrInvalidConfig", err, c.wantField)
+			var ce *outcome.ConfigError
+			if !errors.As(err, &ce) || ce.Field != c.wantField || !errors.Is(err, outcome.ErrInvalidConfig) {
+				t.Errorf("err = %v, want a *outcome.ConfigError for %s wrapping ErrInvalidConfig", err, c.wantField)
 			}
 		})
 	}

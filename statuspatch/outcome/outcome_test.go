@@ -39,6 +39,8 @@ func TestOfAndAnswered(t *testing.T) {
 		{"401", apierrors.NewUnauthorized("x"), outcome.Unauthorized, true},
 		{"422", apierrors.NewInvalid(schema.GroupKind{Kind: "Widget"}, "a", nil), outcome.Invalid, true},
 		{"400", apierrors.NewBadRequest("x"), outcome.Invalid, true},
+		{"405", apierrors.NewMethodNotSupported(gr, "patch"), outcome.Invalid, true},
+		{"413", apierrors.NewRequestEntityTooLargeError("big"), outcome.Invalid, true},
 		{"429", apierrors.NewTooManyRequests("x", 1), outcome.Throttled, true},
 		{"504", apierrors.NewTimeoutError("x", 1), outcome.Timeout, false},
 		{"500 server timeout", apierrors.NewServerTimeout(gr, "patch", 1), outcome.Timeout, false},

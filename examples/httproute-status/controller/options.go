@@ -252,7 +252,7 @@ func (o Options) Complete() (Options, error) {
 		}
 	}
 	if err := o.leaseConfig().Validate(); err != nil {
-		var ce *leader.ConfigError
+		var ce *quietpatch.ConfigError
 		if !errors.As(err, &ce) {
 			return o, fmt.Errorf("controller: %w", err)
 		}
