@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 	coordv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 func leaseSpec(holder string, renew time.Time, transitions int32) coordv1.LeaseSpec {

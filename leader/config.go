@@ -9,11 +9,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/clock"
+
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 // Defaults applied by [NewClaimer] to zero fields of [Config].

@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 func TestConfigDefaults(t *testing.T) {

@@ -9,10 +9,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 	"go.opentelemetry.io/otel/metric/noop"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 // TestRequestResults: the result attribute of quietpatch.leader.requests

@@ -10,12 +10,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 	coordv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/utils/clock"
+
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 // Group is one replica's view of a sharded pipeline: the replicas alive and

@@ -9,13 +9,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 	coordv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 // groupHarness runs Groups against one fakeAPI and one fake clock. Each

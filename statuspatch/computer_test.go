@@ -5,9 +5,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 type tFuncs = ComputerFuncs[*tObj, []metav1.Condition, tPayload]
