@@ -20,6 +20,7 @@ import (
 	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch"
 	"github.com/quietpatch/quietpatch/statuspatch/outcome"
+	"github.com/quietpatch/quietpatch/statuspatch/shard"
 	"github.com/quietpatch/quietpatch/statuspatch/source"
 )
 
@@ -28,20 +29,6 @@ const (
 	// DefaultSyncTimeout is the default Config.SyncTimeout.
 	DefaultSyncTimeout = 2 * time.Minute
 )
-
-// The library's one vocabulary for bad configuration and for a second Run:
-// every constructor's error for a configuration it rejects is a
-// [*ConfigError] naming the field, wrapping ErrInvalidConfig.
-var (
-	ErrInvalidConfig  = outcome.ErrInvalidConfig
-	ErrAlreadyStarted = outcome.ErrAlreadyStarted
-	// ErrNotSynced is wrapped by the error Run returns when the caches did
-	// not sync within Config.SyncTimeout, and by Ready until they have.
-	ErrNotSynced = errors.New("quietpatch: caches not synced")
-)
-
-// ConfigError names an invalid field and says why.
-type ConfigError = outcome.ConfigError
 
 // Config configures a [Controller]. Leases and Lease.Namespace and
 // Lease.Name are required unless Observer is set; every other field has a
@@ -66,9 +53,8 @@ type Config struct {
 	SyncTimeout time.Duration
 	// Dependencies are the other resources the statuses are computed from.
 	Dependencies []Dependency
-	// Shards is the number K of shards the resource is split into, for
-	// [NewSharded]: 0 or 1 is one shard, the pipeline [New] builds. [New]
-	// rejects K > 1, since each shard needs an informer of its own.
+	// Shards is the number K of shards the resource is split into, 2 or
+	// more, for [NewSharded]; [New] builds one pipeline and takes 0 (or 1).
 	Shards int
 }
 
@@ -90,19 +76,6 @@ type Dependency struct {
 	Keys     func(obj any) []types.NamespacedName
 }
 
-// Stats is a snapshot of a Controller's counters, for logs, tests and
-// status pages: it needs no metrics SDK.
-type Stats struct {
-	Reconciler statuspatch.ReconcilerStats
-	Dispatcher statuspatch.DispatcherStats
-	Queue      statuspatch.QueueStats
-	// Capacity is the capacity of each lane of the queue.
-	Capacity int
-	// Claim is the latest claim observed, Leading whether it is ours now.
-	Claim   leader.Claim
-	Leading bool
-}
-
 // Controller keeps the status of the objects of one resource up to date: a
 // lease claimer, a reconciler finding what changed, a bounded queue of
 // keys and a dispatcher building and sending each patch when it can be
@@ -118,11 +91,11 @@ type Controller[O, S, P any] struct {
 	reconciler *statuspatch.Reconciler[O, S, P]
 	dispatcher *statuspatch.Dispatcher[O, S, P]
 	synced     []cache.InformerSynced
-
-	started  atomic.Bool
-	ready    atomic.Bool // synced, parts running
-	stopping atomic.Bool
+	life       outcome.Lifecycle // stopped from the moment Run begins to stop
+	ready      atomic.Bool       // synced, parts running
 }
+
+var _ Runner = (*Controller[any, any, any])(nil)
 
 // New builds a Controller for the objects src lists, whose status comp
 // computes and patcher writes, and starts nothing. It rejects an invalid
@@ -146,7 +119,7 @@ func New[O, S, P any](src statuspatch.Source[O], comp statuspatch.StatusComputer
 	c.observer = cfg.Observer
 	if c.observer == nil {
 		if c.claimer, err = leader.NewClaimer(cfg.Leases, cfg.Lease); err != nil {
-			return nil, prefix("Lease.", err)
+			return nil, outcome.Prefix("Lease.", err)
 		}
 		c.observer = c.claimer
 	}
@@ -175,35 +148,29 @@ func New[O, S, P any](src statuspatch.Source[O], comp statuspatch.StatusComputer
 			return nil, fmt.Errorf("quietpatch: registering the event handler on the Source's informer: %w", err)
 		}
 	}
-	for i, d := range cfg.Dependencies {
-		if d.Informer == nil {
-			return nil, &ConfigError{Field: fmt.Sprintf("Dependencies[%d].Informer", i), Reason: "must not be nil"}
-		}
-		c.synced = append(c.synced, d.Informer.HasSynced)
-		if _, err := d.Informer.AddEventHandler(c.dependencyHandler(d.Keys)); err != nil {
-			return nil, fmt.Errorf("quietpatch: registering the event handler of Dependencies[%d]: %w", i, err)
-		}
+	deps, err := addDependencies(cfg.Dependencies, c.Enqueue, c.resync)
+	if err != nil {
+		return nil, err
 	}
+	c.synced = append(c.synced, deps...)
 	return c, nil
 }
 
-// prefix puts path before the field of a *ConfigError.
-func prefix(path string, err error) error {
-	var ce *ConfigError
-	if errors.As(err, &ce) {
-		return &ConfigError{Field: path + ce.Field, Reason: ce.Reason}
-	}
-	return err
-}
-
-// dependencyHandler enqueues the keys an event of a dependency affects;
-// with keys nil, it calls resync.
-func (c *Controller[O, S, P]) dependencyHandler(keys func(any) []types.NamespacedName) cache.ResourceEventHandler {
-	return dependencyHandler(keys, c.Enqueue, func() {
-		if c.Stats().Leading {
-			c.reconciler.Resync()
+// addDependencies registers on each dependency's informer the handler
+// that enqueues the keys its events affect — or, with Keys nil, calls
+// resync — and returns their HasSynced.
+func addDependencies(deps []Dependency, enqueue func(...types.NamespacedName), resync func()) ([]cache.InformerSynced, error) {
+	var synced []cache.InformerSynced
+	for i, d := range deps {
+		if d.Informer == nil {
+			return nil, &ConfigError{Field: fmt.Sprintf("Dependencies[%d].Informer", i), Reason: "must not be nil"}
 		}
-	})
+		synced = append(synced, d.Informer.HasSynced)
+		if _, err := d.Informer.AddEventHandler(dependencyHandler(d.Keys, enqueue, resync)); err != nil {
+			return nil, fmt.Errorf("quietpatch: registering the event handler of Dependencies[%d]: %w", i, err)
+		}
+	}
+	return synced, nil
 }
 
 func dependencyHandler(keys func(any) []types.NamespacedName, enqueue func(...types.NamespacedName), resync func()) cache.ResourceEventHandler {
@@ -295,10 +262,10 @@ func (cfg Config) complete() (Config, error) {
 // the lease loop fails (for example RBAC forbids the Lease); a part stops
 // on its own.
 func (c *Controller[O, S, P]) Run(ctx context.Context) error {
-	if !c.started.CompareAndSwap(false, true) {
-		return ErrAlreadyStarted
+	if err := c.life.Start(); err != nil {
+		return err
 	}
-	defer c.stopping.Store(true)
+	defer c.life.Stop(nil)
 	if err := c.waitSynced(ctx); err != nil {
 		return err
 	}
@@ -308,56 +275,65 @@ func (c *Controller[O, S, P]) Run(ctx context.Context) error {
 
 	runCtx, fail := context.WithCancelCause(ctx)
 	defer fail(nil)
-	var (
-		mu       sync.Mutex
-		firstErr error
-	)
-	type part struct {
-		cancel context.CancelFunc
-		done   chan struct{}
-	}
-	start := func(name string, run func(context.Context) error) part {
-		pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		p := part{cancel: cancel, done: make(chan struct{})}
-		go func() {
-			defer close(p.done)
-			err := run(pctx)
-			if pctx.Err() != nil {
-				return // stopped by us
-			}
-			if err == nil {
-				err = errors.New("stopped unexpectedly")
-			}
-			mu.Lock()
-			if firstErr == nil {
-				firstErr = fmt.Errorf("quietpatch: %s: %w", name, err)
-			}
-			mu.Unlock()
-			fail(err)
-		}()
-		return p
-	}
-	parts := []part{}
-	dispatcher := start("dispatcher", c.dispatcher.Run)
+	ps := parts{ctx: context.WithoutCancel(ctx), fail: fail}
+	dispatcher := ps.start("dispatcher", c.dispatcher.Run)
+	claimer := func() {}
 	if c.claimer != nil {
-		parts = append(parts, start("lease loop", c.claimer.Run))
+		claimer = ps.start("lease loop", c.claimer.Run)
 	}
-	parts = append([]part{start("reconciler", c.reconciler.Run), dispatcher}, parts...)
+	reconciler := ps.start("reconciler", c.reconciler.Run)
 	c.ready.Store(true)
 
 	<-runCtx.Done()
-	c.stopping.Store(true)
+	c.life.Stop(nil) // stopping
 	c.log.Info("quietpatch: stopping: the reconciler, the dispatcher (calls in flight finish), then the lease")
-	for _, p := range parts {
-		p.cancel()
-		<-p.done
-	}
+	reconciler()
+	dispatcher()
+	claimer()
 	c.queue.Close()
 	c.ready.Store(false)
-	mu.Lock()
-	defer mu.Unlock()
-	c.log.Info("quietpatch: stopped", slog.Any("error", firstErr))
-	return firstErr
+	err := ps.err()
+	c.log.Info("quietpatch: stopped", slog.Any("error", err))
+	return err
+}
+
+// parts runs the parts of a pipeline, each until it is stopped; the first
+// that stops on its own fails the pipeline.
+type parts struct {
+	ctx   context.Context // the parts' base: not cancelled with Run's
+	fail  context.CancelCauseFunc
+	mu    sync.Mutex
+	first error
+}
+
+// start runs the part name and returns the function that stops it and
+// waits for it.
+func (ps *parts) start(name string, run func(context.Context) error) (stop func()) {
+	ctx, cancel := context.WithCancel(ps.ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		err := run(ctx)
+		if ctx.Err() != nil {
+			return // stopped by us
+		}
+		if err == nil {
+			err = errors.New("stopped unexpectedly")
+		}
+		ps.mu.Lock()
+		if ps.first == nil {
+			ps.first = fmt.Errorf("quietpatch: %s: %w", name, err)
+		}
+		ps.mu.Unlock()
+		ps.fail(err)
+	}()
+	return func() { cancel(); <-done }
+}
+
+func (ps *parts) err() error {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return ps.first
 }
 
 // waitSynced waits for the Source's cache, if it can tell, and the
@@ -366,38 +342,32 @@ func (c *Controller[O, S, P]) waitSynced(ctx context.Context) error {
 	return waitSynced(ctx, c.log, c.cfg.SyncTimeout, c.synced, "is the resource served, and may we list and watch it?")
 }
 
-// waitSynced waits at most timeout for every cache of synced; nil as well
-// when ctx ended first (nothing to report), else an ErrNotSynced with hint.
-func waitSynced(ctx context.Context, log *slog.Logger, timeout time.Duration, synced []cache.InformerSynced, hint string) error {
-	if len(synced) == 0 {
-		return nil
-	}
-	sctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	log.Info("quietpatch: waiting for the caches to sync", slog.Int("caches", len(synced)), slog.Duration("timeout", timeout))
-	if !cache.WaitForCacheSync(sctx.Done(), synced...) {
-		if ctx.Err() != nil {
-			return nil // stopped before the sync: nothing to report
-		}
-		return fmt.Errorf("%w within %s (SyncTimeout): %s", ErrNotSynced, timeout, hint)
-	}
-	return nil
-}
-
 // Enqueue asks for the objects with keys — those one event affects — to be
-// reconciled soon: up to 16 keys take the fresh lane,
-// served before the periodic passes' keys; more make one pass, which
-// queues only the objects that changed. While this replica does not lead
+// reconciled soon (statuspatch.Reconciler.Enqueue): a few keys take the
+// fresh lane, served before the periodic passes' keys; more make one pass,
+// which queues only the objects that changed. While this replica does not lead
 // it does nothing (the pass made on gaining the lead covers every object).
 // It never blocks: call it from event handlers.
 func (c *Controller[O, S, P]) Enqueue(keys ...types.NamespacedName) { c.reconciler.Enqueue(keys...) }
+
+// resync makes a pass soon, if we lead.
+func (c *Controller[O, S, P]) resync() {
+	if c.Leading() {
+		c.reconciler.Resync()
+	}
+}
+
+// Leading reports whether our claim is current now.
+func (c *Controller[O, S, P]) Leading() bool {
+	return c.observer.Current().IsCurrentFor(c.observer.Identity(), c.cfg.Clock.Now())
+}
 
 // Ready reports whether this replica is ready, leader or not: nil once the
 // caches synced while the parts run; otherwise an error listing every
 // reason. Wire it to a readiness probe.
 func (c *Controller[O, S, P]) Ready() error {
-	switch {
-	case c.stopping.Load():
+	switch started, running, _ := c.life.State(); {
+	case started && !running:
 		return errors.New("quietpatch: stopping")
 	case !c.ready.Load():
 		return ErrNotSynced
@@ -431,7 +401,8 @@ func (c *Controller[O, S, P]) Live() error {
 // Stats returns a snapshot of the Controller's counters.
 func (c *Controller[O, S, P]) Stats() Stats {
 	claim := c.observer.Current()
-	return Stats{
+	st := Stats{
+		Stats:      shard.Stats{Shards: 1, Members: []string{c.observer.Identity()}, Running: []int{0}},
 		Reconciler: c.reconciler.Stats(),
 		Dispatcher: c.dispatcher.Stats(),
 		Queue:      c.queue.Stats(),
@@ -439,6 +410,10 @@ func (c *Controller[O, S, P]) Stats() Stats {
 		Claim:      claim,
 		Leading:    claim.IsCurrentFor(c.observer.Identity(), c.cfg.Clock.Now()),
 	}
+	if st.Leading {
+		st.Held = []int{0}
+	}
+	return st
 }
 
 // Identity returns this replica's holder identity.
@@ -458,24 +433,3 @@ func (c *Controller[O, S, P]) ReadyCheck(*http.Request) error { return c.Ready()
 
 // LiveCheck is Live with the signature of a probe check (see ReadyCheck).
 func (c *Controller[O, S, P]) LiveCheck(*http.Request) error { return c.Live() }
-
-// ProbeHandler serves a probe from a check: 200 "ok" while it returns nil,
-// else 503 with the error's text. Typically:
-//
-//	func serveProbes(ctrl *quietpatch.Controller[*Widget, conditions.Status, statuspatch.MergePatch]) *http.ServeMux {
-//		mux := http.NewServeMux()
-//		mux.Handle("/readyz", quietpatch.ProbeHandler(ctrl.ReadyCheck))
-//		mux.Handle("/healthz", quietpatch.ProbeHandler(ctrl.LiveCheck))
-//		return mux
-//	}
-func ProbeHandler(check func(*http.Request) error) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if err := check(r); err != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = fmt.Fprintln(w, err)
-			return
-		}
-		_, _ = fmt.Fprintln(w, "ok")
-	})
-}

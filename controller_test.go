@@ -166,7 +166,7 @@ func baseConfig(kube *fake.Clientset) quietpatch.Config {
 
 // runInBackground starts Run and returns a function that cancels it and
 // returns Run's error.
-func runInBackground(t *testing.T, c interface{ Run(context.Context) error }) (stop func() error) {
+func runInBackground(t *testing.T, c quietpatch.Runner) (stop func() error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()

@@ -64,7 +64,7 @@ func NewClaimer(client coordinationv1client.LeasesGetter, cfg Config) (*Claimer,
 	if client == nil {
 		return nil, fmt.Errorf("%w: client must not be nil", outcome.ErrInvalidConfig)
 	}
-	cfg, err := cfg.withDefaults()
+	cfg, err := cfg.Complete()
 	if err != nil {
 		return nil, err
 	}

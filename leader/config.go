@@ -48,14 +48,6 @@ func DefaultIdentity() string {
 	return base + "_" + hex.EncodeToString(b[:])
 }
 
-// Validate reports whether cfg would be accepted by [NewClaimer]: nil, or a
-// [*outcome.ConfigError] naming the first invalid field. Defaults are applied to a
-// copy first, so zero fields are valid.
-func (cfg Config) Validate() error {
-	_, err := cfg.withDefaults()
-	return err
-}
-
 // Config configures a [Claimer]. Zero fields take the documented default;
 // [NewClaimer] rejects impossible combinations with an error naming the field.
 //
@@ -150,15 +142,16 @@ type Config struct {
 	// given name and resourceVersion, if it did: the claimer then counts
 	// the claim it first reads from that moment rather than from its own
 	// first read — same process, same clock, same state. For a claimer
-	// started after something else in the process watched the Lease (a
-	// [Group], which quietpatch.NewSharded passes here), so that taking a
-	// dead replica's shard costs one lease duration, not two.
+	// started after something else in the process watched the Lease (the
+	// shard group of package statuspatch/shard passes its own here), so
+	// that taking a dead replica's shard costs one lease duration, not two.
 	Seen func(name, resourceVersion string) (time.Time, bool)
 }
 
-// withDefaults returns cfg with zero fields set to their defaults and
-// validates the result.
-func (cfg Config) withDefaults() (Config, error) {
+// Complete returns cfg with zero fields set to the defaults [NewClaimer]
+// applies, or a [*outcome.ConfigError] naming the first invalid field:
+// what NewClaimer would reject.
+func (cfg Config) Complete() (Config, error) {
 	if cfg.Namespace == "" {
 		return cfg, configErr("Namespace must not be empty")
 	}

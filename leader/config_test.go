@@ -119,8 +119,8 @@ func TestConfigRejected(t *testing.T) {
 			if !errors.As(err, &ce) || ce.Field != field {
 				t.Errorf("error %v: outcome.ConfigError %+v, want Field %q", err, ce, field)
 			}
-			if verr := cfg.Validate(); verr == nil || verr.Error() != err.Error() {
-				t.Errorf("Validate() = %v, NewClaimer: %v", verr, err)
+			if _, verr := cfg.Complete(); verr == nil || verr.Error() != err.Error() {
+				t.Errorf("Complete() = %v, NewClaimer: %v", verr, err)
 			}
 		})
 	}
@@ -131,9 +131,14 @@ func TestConfigRejected(t *testing.T) {
 	})
 }
 
-func TestConfigValidateAcceptsDefaults(t *testing.T) {
-	if err := (Config{Namespace: "ns", Name: "lease", Identity: DefaultIdentity()}).Validate(); err != nil {
+func TestConfigCompleteAppliesTheDefaults(t *testing.T) {
+	cfg, err := Config{Namespace: "ns", Name: "lease", Identity: DefaultIdentity()}.Complete()
+	if err != nil {
 		t.Fatal(err)
+	}
+	if cfg.LeaseDuration != DefaultLeaseDuration || cfg.RenewGrace != 10*time.Second || cfg.RetryPeriod != DefaultRetryPeriod ||
+		cfg.CallTimeout != DefaultCallTimeout || cfg.Clock == nil || cfg.Logger == nil || cfg.Meter == nil {
+		t.Errorf("Complete() = %+v, want the defaults", cfg)
 	}
 }
 

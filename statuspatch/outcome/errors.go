@@ -27,3 +27,14 @@ func (e *ConfigError) Error() string {
 
 // Unwrap returns [ErrInvalidConfig].
 func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
+
+// Prefix returns err with path put before the Field of the *ConfigError it
+// wraps — the field's path in a configuration that holds the one
+// rejected ("Lease." + "RenewGrace") —, or err as it is.
+func Prefix(path string, err error) error {
+	var ce *ConfigError
+	if errors.As(err, &ce) {
+		return &ConfigError{Field: path + ce.Field, Reason: ce.Reason}
+	}
+	return err
+}

@@ -2,6 +2,7 @@ package outcome_test
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"testing"
 
@@ -61,5 +62,17 @@ func TestCounters(t *testing.T) {
 	keys[0] = "changed"
 	if c.Keys()[0] != outcome.OK {
 		t.Error("Keys() shares the counters' slice")
+	}
+}
+
+func TestPrefix(t *testing.T) {
+	err := outcome.Prefix("Lease.", fmt.Errorf("claimer: %w", &outcome.ConfigError{Field: "RenewGrace", Reason: "must be > 0"}))
+	var ce *outcome.ConfigError
+	if !errors.As(err, &ce) || ce.Field != "Lease.RenewGrace" || ce.Reason != "must be > 0" {
+		t.Errorf("Prefix = %v, want the field Lease.RenewGrace", err)
+	}
+	other := errors.New("not a config error")
+	if got := outcome.Prefix("Lease.", other); got != other {
+		t.Errorf("Prefix of another error = %v, want it unchanged", got)
 	}
 }
