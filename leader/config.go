@@ -134,7 +134,7 @@ type Config struct {
 	// verb); and an error record when Run fails. Nil discards all records.
 	Logger *slog.Logger
 
-	// Meter creates the instruments listed in the package documentation.
+	// Meter creates the quietpatch.leader instruments (docs/metrics.md).
 	// Nil means a no-op meter.
 	Meter metric.Meter
 

@@ -1,6 +1,8 @@
 // Package leader elects one replica of a controller through a
 // coordination.k8s.io/v1 Lease, and tells every replica who holds it, until
-// when, and under which epoch.
+// when, and under which epoch. Most callers meet it through quietpatch.New,
+// which runs a [Claimer] for its pipeline; a Claimer's methods are safe for
+// concurrent use, and its Run runs once.
 //
 // # Claims
 //
@@ -112,7 +114,7 @@
 // request, the Lease missing with RequireExisting, and Unauthorized or
 // Forbidden once they have lasted a full LeaseDuration (a kube-apiserver that
 // has just restarted refuses requests until its authorizer has synced, and
-// // that must not stop a healthy replica) — end Run with that error, and
+// that must not stop a healthy replica) — end Run with that error, and
 // [Claimer.Healthy] reports an error from then on (it also does before Run
 // starts), so a readiness probe turns a dead lease loop into a visible,
 // restartable failure:
@@ -155,28 +157,6 @@
 // another holder's claim, publishes it with a zero Expiry (never current
 // for us), and never vacates it.
 //
-// # Shards: groups and the plan
-//
-// A sharded pipeline (quietpatch.NewSharded) has one Lease per shard, each
-// with its own [Claimer] — so every guarantee above holds per shard — and
-// one [Group] per replica: a membership Lease of its own,
-// <Name>-member-<hash>, renewed like a claim and deleted when the replica
-// stops, and a list of the namespace's Leases every RetryPeriod, from which
-// it tells, on its own clock, which replicas are alive and who holds each
-// shard. [Plan] turns that [View] into the shards to compete for and those
-// to give up: each replica holds at most ⌈K/R⌉; when a replica holds fewer
-// than ⌊K/R⌋ (it just joined, or its shards ran out), the replica holding
-// the most gives one up on purpose, one shard a round, and only the
-// starved replicas take free shards, so the spread converges in a few
-// rounds and no shard bounces. A replica that is killed stops renewing its
-// membership and its shard Leases: both run out after LeaseDuration, and
-// the survivors take its shards. Plan only chooses what to compete for;
-// the shard Leases decide every race.
-//
-// Permissions, for a Group: leases list in Config.Namespace, and create,
-// get, update and delete on the membership Lease (its name derives from
-// the identity, so RBAC cannot name it in advance).
-//
 // # Observability
 //
 // Logging goes to Config.Logger (nil discards): an info record when this
@@ -184,37 +164,10 @@
 // reason), vacates it or decides not to, and when Run stops; a debug
 // record when it sees another holder (or none) take over and when requests
 // start or stop failing — nothing per unchanged renewal —; one error record
-// when Run fails.
-//
-// Instruments are created from Config.Meter (nil: no-op) and observed at
-// collection time from the claimer's own counters. Every data point carries
-// k8s.namespace.name and k8s.lease.name; the table of all quietpatch
-// instruments, with their Prometheus names, is in the package documentation
-// of github.com/quietpatch/quietpatch.
-//
-//	name                           kind     unit          attributes         meaning
-//	quietpatch.leader.is_leader    gauge    (none)        identity           1 while our claim is current, else 0 (*)
-//	quietpatch.leader.epoch        gauge    (none)                           epoch of the latest claim observed (*)
-//	quietpatch.leader.transitions  counter  {transition}  direction          acquired, lost: this replica's transitions
-//	quietpatch.leader.requests     counter  {request}     operation, result  Lease API requests by outcome
-//
-// (*) observed only while Run runs.
-//
-// operation is one of get, create, acquire, renew, vacate, watch; result is
-// the request's outcome, with the values every quietpatch instrument uses:
-// ok, conflict (409, including AlreadyExists), not_found (404), forbidden
-// (403), unauthorized (401), invalid (400, 405, 406, 413, 415, 422),
-// throttled (429), timeout (a deadline, 504, a timeout status, a network
-// timeout), canceled (the context was cancelled), error (anything else).
-//
-// # Configuration errors
-//
-// [ErrInvalidConfig] and [ConfigError] are the configuration errors of all
-// of quietpatch, defined here because statuspatch and the root package both
-// import this package. A ConfigError's Field is the field's path relative
-// to the value the caller passed: [NewClaimer] rejects a RenewGrace of 20s
-// with a 15s LeaseDuration as "quietpatch: invalid config: RenewGrace must
-// be < LeaseDuration (15s), got 20s".
+// when Run fails. Config.Meter gets the quietpatch.leader instruments,
+// observed at collection time from the claimer's own counters; their table
+// is in docs/metrics.md. Configuration errors are package
+// statuspatch/outcome's ConfigError, naming the field.
 //
 // # Testing
 //

@@ -53,7 +53,7 @@ type Options struct {
 	// log record. Default "quietpatch".
 	Name string
 	// Capacity bounds each lane of the queue: keys waiting plus
-	// reservations. Default 50,000 (a key costs about 100 bytes).
+	// reservations. Default 50,000.
 	Capacity int
 	// Interval between full passes while leader. Default 10s.
 	Interval time.Duration
@@ -73,8 +73,8 @@ type Options struct {
 	DiffOptions []cmp.Option
 	// Logger receives the parts' records; nil discards.
 	Logger *slog.Logger
-	// Meter creates the instruments listed in the documentation of package
-	// quietpatch; nil creates none (Stats work either way).
+	// Meter creates the instruments listed in docs/metrics.md; nil creates
+	// none (Stats work either way).
 	Meter metric.Meter
 	// Clock is the parts' clock. Default the real clock.
 	Clock clock.WithTicker
