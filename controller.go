@@ -6,9 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"slices"
-	"strings"
-	"sync"
 	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -111,36 +108,11 @@ func addDependencies(deps []Dependency, enqueue func(...types.NamespacedName), r
 			return nil, &ConfigError{Field: fmt.Sprintf("Dependencies[%d].Informer", i), Reason: "must not be nil"}
 		}
 		synced = append(synced, d.Informer.HasSynced)
-		if _, err := d.Informer.AddEventHandler(dependencyHandler(d.Keys, enqueue, resync)); err != nil {
+		if _, err := d.Informer.AddEventHandler(source.DependencyHandler(d.Keys, enqueue, resync)); err != nil {
 			return nil, fmt.Errorf("quietpatch: registering the event handler of Dependencies[%d]: %w", i, err)
 		}
 	}
 	return synced, nil
-}
-
-func dependencyHandler(keys func(any) []types.NamespacedName, enqueue func(...types.NamespacedName), resync func()) cache.ResourceEventHandler {
-	on := func(objs ...any) {
-		if keys == nil {
-			resync()
-			return
-		}
-		var ks []types.NamespacedName
-		for _, o := range objs {
-			if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
-				o = d.Obj
-			}
-			if o != nil {
-				ks = append(ks, keys(o)...)
-			}
-		}
-		slices.SortFunc(ks, func(a, b types.NamespacedName) int { return strings.Compare(a.String(), b.String()) })
-		enqueue(slices.Compact(ks)...)
-	}
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { on(o) },
-		UpdateFunc: func(old, o any) { on(old, o) },
-		DeleteFunc: func(o any) { on(o) },
-	}
 }
 
 // Run runs the Controller until ctx is cancelled, then stops it and returns
@@ -167,7 +139,7 @@ func (c *Controller[O, S, P]) Run(ctx context.Context) error {
 		return err
 	}
 	defer c.life.Stop(nil)
-	if err := c.waitSynced(ctx); err != nil {
+	if err := waitSynced(ctx, c.log, c.cfg.SyncTimeout, c.synced, "is the resource served, and may we list and watch it?"); err != nil {
 		return err
 	}
 	c.log.Info("quietpatch: caches synced; competing for the lease",
@@ -176,13 +148,29 @@ func (c *Controller[O, S, P]) Run(ctx context.Context) error {
 
 	runCtx, fail := context.WithCancelCause(ctx)
 	defer fail(nil)
-	ps := parts{ctx: context.WithoutCancel(ctx), fail: fail}
-	dispatcher := ps.start("dispatcher", c.dispatcher.Run)
+	var first atomic.Pointer[error] // the first part to stop on its own
+	start := func(name string, run func(context.Context) error) (stop func()) {
+		pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if err := run(pctx); pctx.Err() == nil { // not stopped by us
+				if err == nil {
+					err = errors.New("stopped unexpectedly")
+				}
+				err = fmt.Errorf("quietpatch: %s: %w", name, err)
+				first.CompareAndSwap(nil, &err)
+				fail(err)
+			}
+		}()
+		return func() { cancel(); <-done }
+	}
+	dispatcher := start("dispatcher", c.dispatcher.Run)
 	claimer := func() {}
 	if c.claimer != nil {
-		claimer = ps.start("lease loop", c.claimer.Run)
+		claimer = start("lease loop", c.claimer.Run)
 	}
-	reconciler := ps.start("reconciler", c.reconciler.Run)
+	reconciler := start("reconciler", c.reconciler.Run)
 	c.ready.Store(true)
 
 	<-runCtx.Done()
@@ -193,54 +181,12 @@ func (c *Controller[O, S, P]) Run(ctx context.Context) error {
 	claimer()
 	c.queue.Close()
 	c.ready.Store(false)
-	err := ps.err()
+	var err error
+	if p := first.Load(); p != nil {
+		err = *p
+	}
 	c.log.Info("quietpatch: stopped", slog.Any("error", err))
 	return err
-}
-
-// parts runs the parts of a pipeline, each until it is stopped; the first
-// that stops on its own fails the pipeline.
-type parts struct {
-	ctx   context.Context // the parts' base: not cancelled with Run's
-	fail  context.CancelCauseFunc
-	mu    sync.Mutex
-	first error
-}
-
-// start runs the part name and returns the function that stops it and
-// waits for it.
-func (ps *parts) start(name string, run func(context.Context) error) (stop func()) {
-	ctx, cancel := context.WithCancel(ps.ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		err := run(ctx)
-		if ctx.Err() != nil {
-			return // stopped by us
-		}
-		if err == nil {
-			err = errors.New("stopped unexpectedly")
-		}
-		ps.mu.Lock()
-		if ps.first == nil {
-			ps.first = fmt.Errorf("quietpatch: %s: %w", name, err)
-		}
-		ps.mu.Unlock()
-		ps.fail(err)
-	}()
-	return func() { cancel(); <-done }
-}
-
-func (ps *parts) err() error {
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	return ps.first
-}
-
-// waitSynced waits for the Source's cache, if it can tell, and the
-// dependencies'.
-func (c *Controller[O, S, P]) waitSynced(ctx context.Context) error {
-	return waitSynced(ctx, c.log, c.cfg.SyncTimeout, c.synced, "is the resource served, and may we list and watch it?")
 }
 
 // Enqueue asks for the objects with keys — those one event affects — to be

@@ -68,10 +68,7 @@ func NewClaimer(client coordinationv1client.LeasesGetter, cfg Config) (*Claimer,
 	if err != nil {
 		return nil, err
 	}
-	in, err := newInstruments(cfg.Meter, cfg.Namespace, cfg.Name, cfg.Identity)
-	if err != nil {
-		return nil, fmt.Errorf("leader: creating instruments: %w", err)
-	}
+	in := newInstruments(cfg.Meter, cfg.Namespace, cfg.Name, cfg.Identity)
 	return &Claimer{
 		cfg:          cfg,
 		leases:       client.Leases(cfg.Namespace),
@@ -248,7 +245,7 @@ func (c *Claimer) Run(ctx context.Context) error {
 		return err
 	}
 
-	unregister, err := c.in.observe(func() bool {
+	unregister, err := c.in.observe(c.cfg.Identity, func() bool {
 		return c.Current().IsCurrentFor(c.cfg.Identity, c.clk.Now())
 	}, func() int64 { return c.Current().Epoch })
 	if err != nil {

@@ -37,12 +37,5 @@ var (
 // rejects the request itself. Run returns such errors instead of retrying
 // them forever behind a healthy-looking process.
 func fatal(err error) bool {
-	if errors.Is(err, ErrTransitionsExhausted) {
-		return true
-	}
-	switch outcome.Of(err) {
-	case outcome.Forbidden, outcome.Unauthorized, outcome.Invalid:
-		return true
-	}
-	return false
+	return errors.Is(err, ErrTransitionsExhausted) || outcome.Permanent(err)
 }

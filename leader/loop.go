@@ -112,7 +112,7 @@ func (l *loop) step(ctx context.Context) (time.Time, error) {
 			if now.Before(l.backoffUntil) {
 				return minTime(l.backoffUntil, now.Add(cfg.RetryPeriod)), nil
 			}
-			if err := l.create(ctx); err != nil {
+			if err := l.acquire(ctx); err != nil {
 				if apierrors.IsNotFound(err) {
 					// The namespace does not exist: fatal once it has
 					// lasted a full LeaseDuration (it may be on its
@@ -183,7 +183,7 @@ func (l *loop) ownClaimInLease() bool {
 // holdsLease reports whether we hold a claim and the Lease as last known
 // still carries it.
 func (l *loop) holdsLease() bool {
-	return l.held && l.lease != nil && holderOf(l.lease) == l.c.cfg.Identity && transitionsOf(l.lease) == l.epoch
+	return l.held && l.ownClaimInLease()
 }
 
 // mayAcquire reports whether we may try to acquire the Lease now, and if

@@ -50,27 +50,25 @@ func (l *loop) get(ctx context.Context) error {
 	}
 }
 
-func (l *loop) create(ctx context.Context) error {
+// acquire takes the Lease under a new epoch: creates it when it is known
+// to be absent, else updates the state last read.
+func (l *loop) acquire(ctx context.Context) error {
 	c := l.c
-	epoch, err := l.nextEpoch(0)
+	epoch, err := l.nextEpoch(transitionsOf(l.lease))
 	if err != nil {
 		return err
 	}
 	now := c.clk.Now()
-	lease := &coordv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Name: c.cfg.Name, Namespace: c.cfg.Namespace},
-		Spec: coordv1.LeaseSpec{
-			HolderIdentity:       ptr(c.cfg.Identity),
-			LeaseDurationSeconds: ptr(int32(c.cfg.LeaseDuration / time.Second)),
-			AcquireTime:          &metav1.MicroTime{Time: now},
-			RenewTime:            &metav1.MicroTime{Time: now},
-			LeaseTransitions:     ptr(int32(epoch)),
-		},
+	next, op := &coordv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: c.cfg.Name, Namespace: c.cfg.Namespace}}, opCreate
+	if !l.absent {
+		next, op = l.lease.DeepCopy(), opAcquire
 	}
-	cctx, cancel := l.callCtx(ctx, 0)
-	res, err := c.leases.Create(cctx, lease, metav1.CreateOptions{})
-	cancel()
-	c.in.request(opCreate, err)
+	next.Spec.HolderIdentity = ptr(c.cfg.Identity)
+	next.Spec.LeaseDurationSeconds = ptr(int32(c.cfg.LeaseDuration / time.Second))
+	next.Spec.AcquireTime = &metav1.MicroTime{Time: now}
+	next.Spec.RenewTime = &metav1.MicroTime{Time: now}
+	next.Spec.LeaseTransitions = ptr(int32(epoch))
+	res, err := l.write(ctx, op, next, 0)
 	if err != nil {
 		return err
 	}
@@ -79,28 +77,18 @@ func (l *loop) create(ctx context.Context) error {
 	return nil
 }
 
-func (l *loop) acquire(ctx context.Context) error {
-	c := l.c
-	epoch, err := l.nextEpoch(transitionsOf(l.lease))
-	if err != nil {
-		return err
+// write creates next (op create) or updates it (any other op), under
+// CallTimeout and, if limit is non-zero, limit, and counts the request.
+func (l *loop) write(ctx context.Context, op string, next *coordv1.Lease, limit time.Duration) (res *coordv1.Lease, err error) {
+	cctx, cancel := l.callCtx(ctx, limit)
+	defer cancel()
+	if op == opCreate {
+		res, err = l.c.leases.Create(cctx, next, metav1.CreateOptions{})
+	} else {
+		res, err = l.c.leases.Update(cctx, next, metav1.UpdateOptions{})
 	}
-	now := c.clk.Now()
-	next := l.lease.DeepCopy()
-	next.Spec.HolderIdentity = ptr(c.cfg.Identity)
-	next.Spec.LeaseDurationSeconds = ptr(int32(c.cfg.LeaseDuration / time.Second))
-	next.Spec.AcquireTime = &metav1.MicroTime{Time: now}
-	next.Spec.RenewTime = &metav1.MicroTime{Time: now}
-	next.Spec.LeaseTransitions = ptr(int32(epoch))
-	cctx, cancel := l.callCtx(ctx, 0)
-	res, err := c.leases.Update(cctx, next, metav1.UpdateOptions{})
-	cancel()
-	c.in.request(opAcquire, err)
-	if err != nil {
-		return err
-	}
-	l.acquired(res, now, epoch)
-	return nil
+	l.c.in.request(op, err)
+	return res, err
 }
 
 // nextEpoch returns the epoch for a new acquisition of a Lease whose
@@ -129,10 +117,7 @@ func (l *loop) renew(ctx context.Context) error {
 	next := l.lease.DeepCopy()
 	next.Spec.RenewTime = &metav1.MicroTime{Time: now}
 	next.Spec.LeaseDurationSeconds = ptr(int32(c.cfg.LeaseDuration / time.Second))
-	cctx, cancel := l.callCtx(ctx, left)
-	res, err := c.leases.Update(cctx, next, metav1.UpdateOptions{})
-	cancel()
-	c.in.request(opRenew, err)
+	res, err := l.write(ctx, opRenew, next, left)
 	if err != nil {
 		return err
 	}
@@ -230,10 +215,7 @@ func (l *loop) vacate(ctx context.Context) error {
 		}
 		next := l.lease.DeepCopy()
 		next.Spec.HolderIdentity = nil
-		cctx, cancel := l.callCtx(ctx, 0)
-		res, err := c.leases.Update(cctx, next, metav1.UpdateOptions{})
-		cancel()
-		c.in.request(opVacate, err)
+		res, err := l.write(ctx, opVacate, next, 0)
 		if err == nil {
 			l.observe(res, c.clk.Now())
 			c.log.Info("leader: vacated the lease", "epoch", l.epoch)

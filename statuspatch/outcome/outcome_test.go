@@ -56,6 +56,9 @@ func TestOfAndAnswered(t *testing.T) {
 		if got := outcome.Of(c.err); got != c.want {
 			t.Errorf("%s: Of(%v) = %s, want %s", c.label, c.err, got, c.want)
 		}
+		if got, want := outcome.Permanent(c.err), c.want == outcome.Forbidden || c.want == outcome.Unauthorized || c.want == outcome.Invalid; got != want {
+			t.Errorf("%s: Permanent(%v) = %v, want %v", c.label, c.err, got, want)
+		}
 		if got := outcome.Answered(c.err); got != c.answered {
 			t.Errorf("%s: Answered(%v) = %v, want %v", c.label, c.err, got, c.answered)
 		}

@@ -57,7 +57,6 @@ type Coordinator[P Pipeline] struct {
 	group  *group
 	log    *slog.Logger
 	life   outcome.Lifecycle
-	in     instruments
 	moves  outcome.Counters[string] // by direction: acquired, given_up, lost
 	told   atomic.Bool              // logged that the server does not filter
 
@@ -114,7 +113,7 @@ func NewCoordinator[P Pipeline](cfg Config, lw cache.ListerWatcher, build Build[
 	if c.group, err = newGroup(cfg.Leases, lease, cfg.Shards); err != nil {
 		return nil, err
 	}
-	if err := c.in.init(cfg.Meter, cfg.Name, lease.Identity, c.Stats); err != nil {
+	if err := instruments(cfg.Meter, cfg.Name, lease.Identity, c.Stats); err != nil {
 		return nil, err
 	}
 	return c, nil

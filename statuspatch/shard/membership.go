@@ -158,7 +158,7 @@ func (g *group) run(ctx context.Context) error {
 		g.err = err
 		g.mu.Unlock()
 		if err != nil && ctx.Err() == nil {
-			if permanent(err) {
+			if outcome.Permanent(err) {
 				return fmt.Errorf("leader: shard group %s: %w", g.cfg.Name, err)
 			}
 			g.log.Debug("leader: shard group request failed; retrying", slog.Any("err", err))
@@ -269,17 +269,6 @@ func (g *group) leave() {
 		return
 	}
 	g.log.Info("leader: left the shard group", slog.String("group", g.cfg.Name), slog.String("member", name))
-}
-
-// permanent reports whether a request error cannot go away by retrying
-// the same request: the credentials or permissions are wrong, or the server
-// rejects the request itself.
-func permanent(err error) bool {
-	switch outcome.Of(err) {
-	case outcome.Forbidden, outcome.Unauthorized, outcome.Invalid:
-		return true
-	}
-	return false
 }
 
 func holderOf(l *coordv1.Lease) string {

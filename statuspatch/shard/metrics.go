@@ -30,53 +30,24 @@ const (
 
 var moveDirections = []string{movedAcquired, movedGivenUp, movedLost}
 
-// instruments are observed from Stats at each collection.
-type instruments struct{}
-
-func (instruments) init(m metric.Meter, name, identity string, stats func() Stats) error {
-	if m == nil {
+// instruments registers the shard instruments, observed from Stats at each
+// collection.
+func instruments(m metric.Meter, name, identity string, stats func() Stats) error {
+	in := outcome.NewInstruments(m, attribute.String("pipeline", name), attribute.String("identity", identity))
+	if in == nil {
 		return nil
 	}
-	bad := func(err error) error {
-		return &outcome.ConfigError{Field: "Meter", Reason: "cannot create the shard instruments: " + err.Error()}
-	}
-	held, err := m.Int64ObservableGauge(metricShardsHeld, metric.WithUnit("{shard}"),
-		metric.WithDescription("Shards this replica leads (its claim on the shard's Lease is current)."))
-	if err != nil {
-		return bad(err)
-	}
-	running, err := m.Int64ObservableGauge(metricShardsRunning, metric.WithUnit("{shard}"),
-		metric.WithDescription("Shards this replica runs an informer and a pipeline for: led, or competed for."))
-	if err != nil {
-		return bad(err)
-	}
-	members, err := m.Int64ObservableGauge(metricShardMembers, metric.WithUnit("{replica}"),
-		metric.WithDescription("Replicas alive in the shard group, as this replica sees their membership Leases."))
-	if err != nil {
-		return bad(err)
-	}
-	moves, err := m.Int64ObservableCounter(metricShardMoves, metric.WithUnit("{move}"),
-		metric.WithDescription("Shard moves of this replica, by direction: acquired, given_up (on purpose: rebalance or stop), lost."))
-	if err != nil {
-		return bad(err)
-	}
-	objects, err := m.Int64ObservableGauge(metricShardObjects, metric.WithUnit("{object}"),
-		metric.WithDescription("Objects in the caches of the shards this replica runs."))
-	if err != nil {
-		return bad(err)
-	}
-	unfiltered, err := m.Int64ObservableGauge(metricUnfiltered,
-		metric.WithDescription("1 once the API server returned an object outside the shard range asked for (ShardSelector not honoured: filtered client-side), else 0."))
-	if err != nil {
-		return bad(err)
-	}
-	base := []attribute.KeyValue{attribute.String("pipeline", name), attribute.String("identity", identity)}
-	opt := metric.WithAttributeSet(attribute.NewSet(base...))
-	dirs := map[string]metric.ObserveOption{}
+	held := in.Gauge(metricShardsHeld, "{shard}", "Shards this replica leads (its claim on the shard's Lease is current).")
+	running := in.Gauge(metricShardsRunning, "{shard}", "Shards this replica runs an informer and a pipeline for: led, or competed for.")
+	members := in.Gauge(metricShardMembers, "{replica}", "Replicas alive in the shard group, as this replica sees their membership Leases.")
+	moves := in.Counter(metricShardMoves, "{move}", "Shard moves of this replica, by direction: acquired, given_up (on purpose: rebalance or stop), lost.")
+	objects := in.Gauge(metricShardObjects, "{object}", "Objects in the caches of the shards this replica runs.")
+	unfiltered := in.Gauge(metricUnfiltered, "", "1 once the API server returned an object outside the shard range asked for (ShardSelector not honoured: filtered client-side), else 0.")
+	opt, dirs := in.Set(), map[string]metric.ObserveOption{}
 	for _, d := range moveDirections {
-		dirs[d] = metric.WithAttributeSet(attribute.NewSet(append(base[:2:2], attribute.String("direction", d))...))
+		dirs[d] = in.Set(attribute.String("direction", d))
 	}
-	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+	_, err := in.Register(func(_ context.Context, o metric.Observer) error {
 		st := stats()
 		o.ObserveInt64(held, int64(len(st.Held)), opt)
 		o.ObserveInt64(running, int64(len(st.Running)), opt)
@@ -91,11 +62,8 @@ func (instruments) init(m metric.Meter, name, identity string, stats func() Stat
 		}
 		o.ObserveInt64(unfiltered, u, opt)
 		return nil
-	}, held, running, members, moves, objects, unfiltered)
-	if err != nil {
-		return bad(err)
-	}
-	return nil
+	})
+	return err
 }
 
 // trackedMeter is a shard's Meter: every measurement of the shard's parts
