@@ -138,8 +138,7 @@ func (r *drig) dropped(t *testing.T, reason string) int64 {
 
 // acquireWaiters is the number of goroutines waiting for a permit.
 func (r *drig) acquireWaiters() int {
-	_, _, waiting := r.d.gate.state()
-	return waiting
+	return r.d.gate.waiting()
 }
 
 // quiesced reports whether epoch is quiesced in the fence.

@@ -104,6 +104,14 @@ func TestFenceQuiesce(t *testing.T) {
 		go func() { ch <- f.quiesce(ctx, epoch) }()
 		return ch
 	}
+	stillWaiting := func(t *testing.T, ch <-chan bool) {
+		t.Helper()
+		select {
+		case got := <-ch:
+			t.Fatalf("quiesce returned %v with a call in flight", got)
+		default:
+		}
+	}
 	wantResult := func(t *testing.T, ch <-chan bool, want bool) {
 		t.Helper()
 		select {
@@ -125,11 +133,7 @@ func TestFenceQuiesce(t *testing.T) {
 		if _, reason := f.beginAt(1, limT0); reason != dropReleased {
 			t.Errorf("begin while quiescing: reason %q, want %q", reason, dropReleased)
 		}
-		select {
-		case got := <-res:
-			t.Fatalf("quiesce returned %v with a call in flight", got)
-		default:
-		}
+		stillWaiting(t, res)
 		if c.ec.ctx.Err() != nil {
 			t.Error("quiesce cancelled the call in flight")
 		}
@@ -168,11 +172,7 @@ func TestFenceQuiesce(t *testing.T) {
 		if _, reason := f.beginAt(2, limT0); reason != dropReleased {
 			t.Errorf("begin(2) while quiescing epoch 2: reason %q, want %q", reason, dropReleased)
 		}
-		select {
-		case got := <-res:
-			t.Fatalf("quiesce returned %v with a call in flight", got)
-		default:
-		}
+		stillWaiting(t, res)
 		f.end(c, answered)
 		wantResult(t, res, true)
 	})

@@ -71,10 +71,3 @@ func (g *gate) grantLocked() {
 		g.waiters = g.waiters[1:]
 	}
 }
-
-// state returns the size, the permits held and the waiters.
-func (g *gate) state() (size, held, waiting int) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.size, g.held, len(g.waiters)
-}

@@ -36,9 +36,17 @@ func (g *gate) tryAcquire() bool {
 	return g.acquire(ctx) == nil
 }
 
-func (g *gate) waiting() int { _, _, w := g.state(); return w }
+func (g *gate) waiting() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.waiters)
+}
 
-func (g *gate) permitsHeld() int { _, h, _ := g.state(); return h }
+func (g *gate) permitsHeld() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.held
+}
 
 // acquirer runs acquire(ctx) in a goroutine; its result arrives on the
 // channel returned.
@@ -143,14 +151,7 @@ func TestGateWaiterLeaves(t *testing.T) {
 	ctx, cancel := context.WithCancel(bg)
 	res := queueAcquirers(t, g, bg, ctx, bg)
 	cancel()
-	select {
-	case err := <-res[1]:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("cancelled waiter: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("cancelled waiter still waiting")
-	}
+	wantCancelled(t, res[1])
 	pollUntil(t, "the cancelled waiter out of line", func() bool { return g.waiting() == 2 })
 	res = []<-chan error{res[0], res[2]}
 	g.release()
@@ -180,17 +181,23 @@ func TestGateCancelledWaiterGivesGrantBack(t *testing.T) {
 	g.held-- // release(), under the lock already held
 	g.grantLocked()
 	g.mu.Unlock()
+	wantCancelled(t, res[0])
+	wantGranted(t, res[1:], 0)
+	if g.waiting() != 0 || g.permitsHeld() != 1 {
+		t.Fatalf("%d waiting, %d held; want 0 and 1 (the permit went to the second waiter)", g.waiting(), g.permitsHeld())
+	}
+}
+
+// wantCancelled checks that the acquirer returned context.Canceled.
+func wantCancelled(t *testing.T, res <-chan error) {
+	t.Helper()
 	select {
-	case err := <-res[0]:
+	case err := <-res:
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("cancelled waiter: %v, want context.Canceled", err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("cancelled waiter still waiting")
-	}
-	wantGranted(t, res[1:], 0)
-	if g.waiting() != 0 || g.permitsHeld() != 1 {
-		t.Fatalf("%d waiting, %d held; want 0 and 1 (the permit went to the second waiter)", g.waiting(), g.permitsHeld())
 	}
 }
 

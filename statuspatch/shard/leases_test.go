@@ -20,14 +20,11 @@ import (
 	"github.com/quietpatch/quietpatch/leader"
 )
 
-const (
-	testNS   = "ns"
-	testName = "lease"
-)
-
+// The group's namespace and name, the Leases' resource, the fake clocks'
+// start.
 var (
-	leaseGVR = coordv1.SchemeGroupVersion.WithResource("leases")
-	t0       = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	testNS, testName = "ns", "lease"
+	leaseGVR, t0     = coordv1.SchemeGroupVersion.WithResource("leases"), time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 )
 
 // fakeLeases is a fake clientset whose Leases get a new resourceVersion at
@@ -92,15 +89,13 @@ func leaseConfig(t *testing.T, id string, clk *clocktesting.FakeClock) leader.Co
 	return cfg
 }
 
-// waitFor polls cond until it holds or a deadline passes.
+// waitFor polls cond every 200 µs until it holds, for 10 s at most.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
+	for start := time.Now(); !cond(); time.Sleep(200 * time.Microsecond) {
+		if time.Since(start) > 10*time.Second {
 			t.Fatalf("timed out waiting for %s", what)
 		}
-		time.Sleep(200 * time.Microsecond)
 	}
 }
 
