@@ -1,10 +1,17 @@
 package outcome_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"testing"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
@@ -74,5 +81,63 @@ func TestPrefix(t *testing.T) {
 	other := errors.New("not a config error")
 	if got := outcome.Prefix("Lease.", other); got != other {
 		t.Errorf("Prefix of another error = %v, want it unchanged", got)
+	}
+}
+
+func TestInstruments(t *testing.T) {
+	if outcome.NewInstruments(nil) != nil || outcome.NewInstruments(noop.Meter{}) != nil {
+		t.Fatal("instruments on a nil or no-op meter")
+	}
+	reader := sdkmetric.NewManualReader()
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { _ = provider.Shutdown(context.Background()) }()
+	in := outcome.NewInstruments(provider.Meter("test"), attribute.String("pipeline", "p"))
+	calls := outcome.NewCounters(outcome.OK, outcome.Timeout)
+	calls.Add(outcome.OK)
+	counter := in.Counter("x.calls", "{call}", "Calls.")
+	gauge := in.Gauge("x.limit", "{call}", "Limit.")
+	sets := map[outcome.Outcome]metric.ObserveOption{}
+	for _, o := range calls.Keys() {
+		sets[o] = in.Set(attribute.String("outcome", string(o)))
+	}
+	reg, err := in.Register(func(_ context.Context, ob metric.Observer) error {
+		for _, o := range calls.Keys() {
+			ob.ObserveInt64(counter, calls.Get(o), sets[o])
+		}
+		ob.ObserveInt64(gauge, 7, in.Set())
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = reg.Unregister() }()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, m := range rm.ScopeMetrics[0].Metrics {
+		var points []metricdata.DataPoint[int64]
+		switch d := m.Data.(type) {
+		case metricdata.Sum[int64]:
+			points = d.DataPoints
+		case metricdata.Gauge[int64]:
+			points = d.DataPoints
+		}
+		for _, p := range points {
+			if v, _ := p.Attributes.Value("pipeline"); v.AsString() != "p" {
+				t.Errorf("%s: no pipeline attribute", m.Name)
+			}
+			o, _ := p.Attributes.Value("outcome")
+			got[m.Name+"/"+o.AsString()] = p.Value
+		}
+	}
+	if want := map[string]int64{"x.calls/ok": 1, "x.calls/timeout": 0, "x.limit/": 7}; !maps.Equal(got, want) {
+		t.Errorf("points %v, want %v", got, want)
+	}
+	bad := outcome.NewInstruments(provider.Meter("test"))
+	bad.Counter("", "", "") // an invalid name
+	if _, err := bad.Register(func(context.Context, metric.Observer) error { return nil }); !errors.Is(err, outcome.ErrInvalidConfig) {
+		t.Errorf("Register after a refused instrument: %v, want a ConfigError", err)
 	}
 }
