@@ -65,16 +65,9 @@
 // land. So every replica's view of a claim ends no earlier than the holder's
 // own view; clocks need only run at about the same rate, not agree.
 //
-// Timeline with the defaults (LeaseDuration 15s, RenewGrace 10s,
-// RetryPeriod 2s, CallTimeout 5s), holder A, observer B:
+// docs/leader.md has a timeline with the defaults.
 //
-//	t=0   A acquires (request sent at 0)       A: claim until 15   B sees it at 0.1: A's claim until 15.1
-//	t=5   A renews (10s left)                  A: until 20         B: until 20.1
-//	t=10  renew fails (API down); retry 12, 14 …
-//	t=20  A's claim runs out: A stops reporting itself as holder
-//	t=20.1 B's view of A's claim runs out: B acquires, epoch+1
-//
-// # Epochs and client-go
+// # Epochs
 //
 // The epoch is the Lease's spec.leaseTransitions. This claimer increments it
 // on every acquisition — including when the same holder acquires again
@@ -85,14 +78,10 @@
 // acquisition still uses an epoch above every epoch this replica has seen,
 // so a replica's own epochs strictly increase.
 //
-// k8s.io/client-go/tools/leaderelection increments leaseTransitions only
-// when the holder identity changes, and renews every RetryPeriod rather than
-// when RenewGrace remains. The two agree on the rest of the protocol
-// (holderIdentity, leaseDurationSeconds, renewTime, observation-time expiry,
-// empty holder = free), so they exclude each other correctly if mixed on one
-// Lease, but client-go's epochs do not mark its same-holder re-acquisitions.
-// Use one implementation per Lease. This claimer does not set or honour the
-// coordinated-leader-election fields (spec.strategy, spec.preferredHolder).
+// Mixed on one Lease with k8s.io/client-go/tools/leaderelection, the two
+// exclude each other correctly, but client-go's epochs do not mark its
+// same-holder re-acquisitions (docs/leader.md): use one implementation per
+// Lease.
 //
 // # Watching
 //
