@@ -13,30 +13,35 @@ import (
 )
 
 // serve sends the patch key needs, if any, with a permit held; it gives
-// the permit back.
+// the permit back. A key served without a call is counted and logged with
+// the reason.
 func (d *Dispatcher[O, S, P]) serve(key types.NamespacedName) {
+	if reason, err := d.send(key); reason != "" {
+		d.drop(key, reason, err)
+		d.gate.release() // a call gives it back when it ends
+	}
+}
+
+// send makes the call key needs now, or says why there is none.
+func (d *Dispatcher[O, S, P]) send(key types.NamespacedName) (reason string, err error) {
 	for {
 		select {
 		case <-d.stop:
-			d.dropReleasing(key, dropShutdown, nil)
-			return
+			return dropShutdown, nil
 		default:
 		}
 		now := d.opts.Clock.Now()
 		claim := d.leader.Current()
 		if !claim.IsCurrentFor(d.leader.Identity(), now) {
-			d.dropReleasing(key, dropNotLeader, nil)
-			return
+			return dropNotLeader, nil
 		}
 		left := claim.Remaining(now)
 		if left < d.claimMargin() {
-			d.dropReleasing(key, dropClaimEnding, nil)
-			return
+			return dropClaimEnding, nil
 		}
 		payload, reason, err := d.build(key)
 		if reason != "" {
-			d.dropReleasing(key, reason, err)
-			return
+			return reason, err
 		}
 		// The window is checked at the moment the call is made: one may
 		// have opened since the key was taken.
@@ -47,17 +52,15 @@ func (d *Dispatcher[O, S, P]) serve(key types.NamespacedName) {
 				continue // build again from the cache as it is then
 			case <-d.stop:
 				t.Stop()
-				d.dropReleasing(key, dropShutdown, nil)
-				return
+				return dropShutdown, nil
 			}
 		}
 		c, reason := d.fence.beginAt(claim.Epoch, d.opts.Clock.Now())
 		if reason != "" {
-			d.dropReleasing(key, reason, nil)
-			return
+			return reason, nil
 		}
 		d.call(key, c, payload, min(d.opts.PatchTimeout, left))
-		return
+		return "", nil
 	}
 }
 
@@ -120,11 +123,6 @@ func (d *Dispatcher[O, S, P]) control() control {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.ctl
-}
-
-func (d *Dispatcher[O, S, P]) dropReleasing(key types.NamespacedName, reason string, err error) {
-	d.drop(key, reason, err)
-	d.gate.release()
 }
 
 // drop counts and logs a key served without a call.
