@@ -126,6 +126,6 @@
 //
 // [NewSharded] spreads one resource over the replicas, a shard each holds
 // (docs/shards.md); [Controller] and [Sharded] are both a [Runner]. The
-// instruments and logs are listed in docs/metrics.md, the figures in
-// docs/performance.md.
+// instruments are listed in docs/metrics.md, every log record at info level
+// and above in docs/logs.md, the figures in docs/performance.md.
 package quietpatch

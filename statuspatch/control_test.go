@@ -226,7 +226,7 @@ func TestControlConvergesOnAModelServer(t *testing.T) {
 		{50 * time.Millisecond, 600, true},
 	} {
 		t.Run(fmt.Sprintf("rtt=%v,mu=%v,spikes=%v", tc.rtt, tc.mu, tc.spikes), func(t *testing.T) {
-			c := newControl(limT0, true, defaultMaxInFlight)
+			c := newControl(limT0, true, DefaultMaxInFlight)
 			now := limT0
 			var doneLate float64
 			end := 60 * time.Second

@@ -1172,9 +1172,9 @@ func TestNewDispatcherValidation(t *testing.T) {
 				if err != nil {
 					t.Fatalf("err = %v, want nil", err)
 				}
-				if d.opts.PatchTimeout != defaultPatchTimeout || !d.ctl.adaptive || d.ctl.max != defaultMaxInFlight {
+				if d.opts.PatchTimeout != DefaultPatchTimeout || !d.ctl.adaptive || d.ctl.max != DefaultMaxInFlight {
 					t.Errorf("defaults: timeout %s adaptive %v max %v, want %s, adaptive, %d",
-						d.opts.PatchTimeout, d.ctl.adaptive, d.ctl.max, defaultPatchTimeout, defaultMaxInFlight)
+						d.opts.PatchTimeout, d.ctl.adaptive, d.ctl.max, DefaultPatchTimeout, DefaultMaxInFlight)
 				}
 				return
 			}

@@ -135,11 +135,11 @@ func (d *Dispatcher[O, S, P]) drop(key types.NamespacedName, reason string, err 
 }
 
 // claimMargin is Options.ClaimMargin, or twice the latency estimate within
-// [minClaimMargin, PatchTimeout/2].
+// [MinClaimMargin, PatchTimeout/2].
 func (d *Dispatcher[O, S, P]) claimMargin() time.Duration {
 	if d.opts.ClaimMargin > 0 {
 		return d.opts.ClaimMargin
 	}
 	est := time.Duration(2 * d.control().estimate * float64(time.Second))
-	return min(max(minClaimMargin, est), d.opts.PatchTimeout/2)
+	return min(max(MinClaimMargin, est), d.opts.PatchTimeout/2)
 }
