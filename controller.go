@@ -6,103 +6,17 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"slices"
-	"strings"
-	"sync"
 	"sync/atomic"
-	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/utils/clock"
 
 	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch"
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
+	"github.com/quietpatch/quietpatch/statuspatch/shard"
 	"github.com/quietpatch/quietpatch/statuspatch/source"
 )
-
-// Defaults of [Config] (see statuspatch.Options for the others).
-const (
-	// DefaultSyncTimeout is the default Config.SyncTimeout.
-	DefaultSyncTimeout = 2 * time.Minute
-)
-
-// The library's one vocabulary for bad configuration and for a second Run:
-// every constructor's error for a configuration it rejects is a
-// [*ConfigError] naming the field, wrapping ErrInvalidConfig.
-var (
-	ErrInvalidConfig  = leader.ErrInvalidConfig
-	ErrAlreadyStarted = leader.ErrAlreadyStarted
-	// ErrNotSynced is wrapped by the error Run returns when the caches did
-	// not sync within Config.SyncTimeout, and by Ready until they have.
-	ErrNotSynced = errors.New("quietpatch: caches not synced")
-)
-
-// ConfigError names an invalid field and says why.
-type ConfigError = leader.ConfigError
-
-// Config configures a [Controller]. Leases and Lease.Namespace and
-// Lease.Name are required unless Observer is set; every other field has a
-// default that needs no measurement.
-type Config struct {
-	// Options are the pipeline's name, clock, logger, meter and sizes,
-	// given once for every part (and, unless set there, for Lease).
-	statuspatch.Options
-	// Leases is the client the Controller competes for the Lease with:
-	// leader.NewLeaseClient(restConfig), which has no client-side rate
-	// limiter, so that a renewal never waits in one. A client with
-	// client-go's limiter (QPS > 0, or 0: 5 a second) is rejected
-	// (leader.CheckLeaseClient).
-	Leases coordinationv1client.LeasesGetter
-	// Lease configures the claimer (see leader.Config); Identity defaults
-	// to leader.DefaultIdentity(), Clock, Logger and Meter to Options'.
-	Lease leader.Config
-	// Observer replaces the Controller's own claimer (Leases and Lease
-	// must then be empty), for example one leader.Claimer shared by
-	// several pipelines; whoever runs it stops it after Run returned.
-	Observer leader.Observer
-	// SyncTimeout bounds how long Run waits for the caches. Default
-	// [DefaultSyncTimeout].
-	SyncTimeout time.Duration
-	// Dependencies are the other resources the statuses are computed from.
-	Dependencies []Dependency
-	// Shards is the number K of shards the resource is split into, for
-	// [NewSharded]: 0 or 1 is one shard, the pipeline [New] builds. [New]
-	// rejects K > 1, since each shard needs an informer of its own.
-	Shards int
-}
-
-// Informer is what a [Dependency] needs of a cache: a client-go
-// SharedIndexInformer, or a controller-runtime cache.Informer.
-type Informer interface {
-	AddEventHandler(cache.ResourceEventHandler) (cache.ResourceEventHandlerRegistration, error)
-	HasSynced() bool
-}
-
-// Dependency is another resource the statuses depend on, declared once:
-// Run waits for its cache to sync before it competes for the Lease, and
-// each of its events (the object before and after an update) enqueues the
-// keys Keys maps it to — [Controller.Enqueue]'s rules: a few keys take the
-// fresh lane, many make a pass. A nil Keys means every object: one pass
-// per event, however many objects there are.
-type Dependency struct {
-	Informer Informer
-	Keys     func(obj any) []types.NamespacedName
-}
-
-// Stats is a snapshot of a Controller's counters, for logs, tests and
-// status pages: it needs no metrics SDK.
-type Stats struct {
-	Reconciler statuspatch.ReconcilerStats
-	Dispatcher statuspatch.DispatcherStats
-	Queue      statuspatch.QueueStats
-	// Capacity is the capacity of each lane of the queue.
-	Capacity int
-	// Claim is the latest claim observed, Leading whether it is ours now.
-	Claim   leader.Claim
-	Leading bool
-}
 
 // Controller keeps the status of the objects of one resource up to date: a
 // lease claimer, a reconciler finding what changed, a bounded queue of
@@ -119,11 +33,11 @@ type Controller[O, S, P any] struct {
 	reconciler *statuspatch.Reconciler[O, S, P]
 	dispatcher *statuspatch.Dispatcher[O, S, P]
 	synced     []cache.InformerSynced
-
-	started  atomic.Bool
-	ready    atomic.Bool // synced, parts running
-	stopping atomic.Bool
+	life       outcome.Lifecycle // stopped from the moment Run begins to stop
+	ready      atomic.Bool       // synced, parts running
 }
+
+var _ Runner = (*Controller[any, any, any])(nil)
 
 // New builds a Controller for the objects src lists, whose status comp
 // computes and patcher writes, and starts nothing. It rejects an invalid
@@ -147,7 +61,7 @@ func New[O, S, P any](src statuspatch.Source[O], comp statuspatch.StatusComputer
 	c.observer = cfg.Observer
 	if c.observer == nil {
 		if c.claimer, err = leader.NewClaimer(cfg.Leases, cfg.Lease); err != nil {
-			return nil, prefix("Lease.", err)
+			return nil, outcome.Prefix("Lease.", err)
 		}
 		c.observer = c.claimer
 	}
@@ -176,107 +90,29 @@ func New[O, S, P any](src statuspatch.Source[O], comp statuspatch.StatusComputer
 			return nil, fmt.Errorf("quietpatch: registering the event handler on the Source's informer: %w", err)
 		}
 	}
-	for i, d := range cfg.Dependencies {
-		if d.Informer == nil {
-			return nil, &ConfigError{Field: fmt.Sprintf("Dependencies[%d].Informer", i), Reason: "must not be nil"}
-		}
-		c.synced = append(c.synced, d.Informer.HasSynced)
-		if _, err := d.Informer.AddEventHandler(c.dependencyHandler(d.Keys)); err != nil {
-			return nil, fmt.Errorf("quietpatch: registering the event handler of Dependencies[%d]: %w", i, err)
-		}
+	deps, err := addDependencies(cfg.Dependencies, c.Enqueue, c.resync)
+	if err != nil {
+		return nil, err
 	}
+	c.synced = append(c.synced, deps...)
 	return c, nil
 }
 
-// prefix puts path before the field of a *ConfigError.
-func prefix(path string, err error) error {
-	var ce *ConfigError
-	if errors.As(err, &ce) {
-		return &ConfigError{Field: path + ce.Field, Reason: ce.Reason}
-	}
-	return err
-}
-
-// dependencyHandler enqueues the keys an event of a dependency affects;
-// with keys nil, it calls resync.
-func (c *Controller[O, S, P]) dependencyHandler(keys func(any) []types.NamespacedName) cache.ResourceEventHandler {
-	return dependencyHandler(keys, c.Enqueue, func() {
-		if c.Stats().Leading {
-			c.reconciler.Resync()
+// addDependencies registers on each dependency's informer the handler
+// that enqueues the keys its events affect — or, with Keys nil, calls
+// resync — and returns their HasSynced.
+func addDependencies(deps []Dependency, enqueue func(...types.NamespacedName), resync func()) ([]cache.InformerSynced, error) {
+	var synced []cache.InformerSynced
+	for i, d := range deps {
+		if d.Informer == nil {
+			return nil, &ConfigError{Field: fmt.Sprintf("Dependencies[%d].Informer", i), Reason: "must not be nil"}
 		}
-	})
-}
-
-func dependencyHandler(keys func(any) []types.NamespacedName, enqueue func(...types.NamespacedName), resync func()) cache.ResourceEventHandler {
-	on := func(objs ...any) {
-		if keys == nil {
-			resync()
-			return
-		}
-		var ks []types.NamespacedName
-		for _, o := range objs {
-			if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
-				o = d.Obj
-			}
-			if o != nil {
-				ks = append(ks, keys(o)...)
-			}
-		}
-		slices.SortFunc(ks, func(a, b types.NamespacedName) int { return strings.Compare(a.String(), b.String()) })
-		enqueue(slices.Compact(ks)...)
-	}
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { on(o) },
-		UpdateFunc: func(old, o any) { on(old, o) },
-		DeleteFunc: func(o any) { on(o) },
-	}
-}
-
-// complete applies the defaults and checks what the parts do not.
-func (cfg Config) complete() (Config, error) {
-	bad := func(field, reason string) (Config, error) { return cfg, &ConfigError{Field: field, Reason: reason} }
-	switch {
-	case cfg.Observer != nil && (cfg.Leases != nil || cfg.Lease.Namespace != "" || cfg.Lease.Name != ""):
-		return bad("Observer", "is set together with Leases or Lease: give one or the other")
-	case cfg.Observer == nil && cfg.Leases == nil:
-		return bad("Leases", "must be set (clientset.CoordinationV1()), unless Observer is")
-	case cfg.Shards > 1:
-		return bad("Shards", fmt.Sprintf("is %d: a sharded pipeline needs an informer per shard, build it with NewSharded", cfg.Shards))
-	case cfg.Shards < 0:
-		return bad("Shards", fmt.Sprintf("must be >= 0, got %d", cfg.Shards))
-	case cfg.SyncTimeout < 0:
-		return bad("SyncTimeout", fmt.Sprintf("must be >= 0 (0 means %s), got %s", DefaultSyncTimeout, cfg.SyncTimeout))
-	}
-	if err := leader.CheckLeaseClient(cfg.Leases); cfg.Observer == nil && err != nil {
-		return cfg, err
-	}
-	if cfg.Name == "" {
-		cfg.Name = "quietpatch" // statuspatch.Options' default
-	}
-	if cfg.SyncTimeout == 0 {
-		cfg.SyncTimeout = DefaultSyncTimeout
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
-	}
-	if cfg.Observer == nil {
-		if cfg.Lease.Identity == "" {
-			cfg.Lease.Identity = leader.DefaultIdentity()
-		}
-		if cfg.Lease.Logger == nil {
-			cfg.Lease.Logger = cfg.Logger
-		}
-		if cfg.Lease.Meter == nil {
-			cfg.Lease.Meter = cfg.Meter
-		}
-		if cfg.Lease.Clock == nil {
-			cfg.Lease.Clock = cfg.Clock
+		synced = append(synced, d.Informer.HasSynced)
+		if _, err := d.Informer.AddEventHandler(source.DependencyHandler(d.Keys, enqueue, resync)); err != nil {
+			return nil, fmt.Errorf("quietpatch: registering the event handler of Dependencies[%d]: %w", i, err)
 		}
 	}
-	return cfg, nil
+	return synced, nil
 }
 
 // Run runs the Controller until ctx is cancelled, then stops it and returns
@@ -299,11 +135,11 @@ func (cfg Config) complete() (Config, error) {
 // the lease loop fails (for example RBAC forbids the Lease); a part stops
 // on its own.
 func (c *Controller[O, S, P]) Run(ctx context.Context) error {
-	if !c.started.CompareAndSwap(false, true) {
-		return ErrAlreadyStarted
+	if err := c.life.Start(); err != nil {
+		return err
 	}
-	defer c.stopping.Store(true)
-	if err := c.waitSynced(ctx); err != nil {
+	defer c.life.Stop(nil)
+	if err := waitSynced(ctx, c.log, c.cfg.SyncTimeout, c.synced, "is the resource served, and may we list and watch it?"); err != nil {
 		return err
 	}
 	c.log.Info("quietpatch: caches synced; competing for the lease",
@@ -312,96 +148,73 @@ func (c *Controller[O, S, P]) Run(ctx context.Context) error {
 
 	runCtx, fail := context.WithCancelCause(ctx)
 	defer fail(nil)
-	var (
-		mu       sync.Mutex
-		firstErr error
-	)
-	type part struct {
-		cancel context.CancelFunc
-		done   chan struct{}
-	}
-	start := func(name string, run func(context.Context) error) part {
+	var first atomic.Pointer[error] // the first part to stop on its own
+	start := func(name string, run func(context.Context) error) (stop func()) {
 		pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		p := part{cancel: cancel, done: make(chan struct{})}
+		done := make(chan struct{})
 		go func() {
-			defer close(p.done)
-			err := run(pctx)
-			if pctx.Err() != nil {
-				return // stopped by us
+			defer close(done)
+			if err := run(pctx); pctx.Err() == nil { // not stopped by us
+				if err == nil {
+					err = errors.New("stopped unexpectedly")
+				}
+				err = fmt.Errorf("quietpatch: %s: %w", name, err)
+				first.CompareAndSwap(nil, &err)
+				fail(err)
 			}
-			if err == nil {
-				err = errors.New("stopped unexpectedly")
-			}
-			mu.Lock()
-			if firstErr == nil {
-				firstErr = fmt.Errorf("quietpatch: %s: %w", name, err)
-			}
-			mu.Unlock()
-			fail(err)
 		}()
-		return p
+		return func() { cancel(); <-done }
 	}
-	parts := []part{}
 	dispatcher := start("dispatcher", c.dispatcher.Run)
+	claimer := func() {}
 	if c.claimer != nil {
-		parts = append(parts, start("lease loop", c.claimer.Run))
+		claimer = start("lease loop", c.claimer.Run)
 	}
-	parts = append([]part{start("reconciler", c.reconciler.Run), dispatcher}, parts...)
+	reconciler := start("reconciler", c.reconciler.Run)
 	c.ready.Store(true)
 
 	<-runCtx.Done()
-	c.stopping.Store(true)
+	c.life.Stop(nil) // stopping
 	c.log.Info("quietpatch: stopping: the reconciler, the dispatcher (calls in flight finish), then the lease")
-	for _, p := range parts {
-		p.cancel()
-		<-p.done
-	}
+	reconciler()
+	dispatcher()
+	claimer()
 	c.queue.Close()
 	c.ready.Store(false)
-	mu.Lock()
-	defer mu.Unlock()
-	c.log.Info("quietpatch: stopped", slog.Any("error", firstErr))
-	return firstErr
-}
-
-// waitSynced waits for the Source's cache, if it can tell, and the
-// dependencies'.
-func (c *Controller[O, S, P]) waitSynced(ctx context.Context) error {
-	return waitSynced(ctx, c.log, c.cfg.SyncTimeout, c.synced, "is the resource served, and may we list and watch it?")
-}
-
-// waitSynced waits at most timeout for every cache of synced; nil as well
-// when ctx ended first (nothing to report), else an ErrNotSynced with hint.
-func waitSynced(ctx context.Context, log *slog.Logger, timeout time.Duration, synced []cache.InformerSynced, hint string) error {
-	if len(synced) == 0 {
-		return nil
+	var err error
+	if p := first.Load(); p != nil {
+		err = *p
 	}
-	sctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	log.Info("quietpatch: waiting for the caches to sync", slog.Int("caches", len(synced)), slog.Duration("timeout", timeout))
-	if !cache.WaitForCacheSync(sctx.Done(), synced...) {
-		if ctx.Err() != nil {
-			return nil // stopped before the sync: nothing to report
-		}
-		return fmt.Errorf("%w within %s (SyncTimeout): %s", ErrNotSynced, timeout, hint)
-	}
-	return nil
+	c.log.Info("quietpatch: stopped", slog.Any("error", err))
+	return err
 }
 
 // Enqueue asks for the objects with keys — those one event affects — to be
-// reconciled soon: up to 16 keys take the fresh lane,
-// served before the periodic passes' keys; more make one pass, which
-// queues only the objects that changed. While this replica does not lead
+// reconciled soon (statuspatch.Reconciler.Enqueue): a few keys take the
+// fresh lane, served before the periodic passes' keys; more make one pass,
+// which queues only the objects that changed. While this replica does not lead
 // it does nothing (the pass made on gaining the lead covers every object).
 // It never blocks: call it from event handlers.
 func (c *Controller[O, S, P]) Enqueue(keys ...types.NamespacedName) { c.reconciler.Enqueue(keys...) }
+
+// resync makes a pass soon, if we lead.
+func (c *Controller[O, S, P]) resync() {
+	if c.Leading() {
+		c.reconciler.Resync()
+	}
+}
+
+// Leading reports whether our claim is current now.
+func (c *Controller[O, S, P]) Leading() bool {
+	return c.observer.Current().IsCurrentFor(c.observer.Identity(), c.cfg.Clock.Now())
+}
 
 // Ready reports whether this replica is ready, leader or not: nil once the
 // caches synced while the parts run; otherwise an error listing every
 // reason. Wire it to a readiness probe.
 func (c *Controller[O, S, P]) Ready() error {
-	switch {
-	case c.stopping.Load():
+	switch started, running, _ := c.life.State(); {
+	case started && !running:
 		return errors.New("quietpatch: stopping")
 	case !c.ready.Load():
 		return ErrNotSynced
@@ -435,7 +248,8 @@ func (c *Controller[O, S, P]) Live() error {
 // Stats returns a snapshot of the Controller's counters.
 func (c *Controller[O, S, P]) Stats() Stats {
 	claim := c.observer.Current()
-	return Stats{
+	st := Stats{
+		Stats:      shard.Stats{Shards: 1, Members: []string{c.observer.Identity()}, Running: []int{0}},
 		Reconciler: c.reconciler.Stats(),
 		Dispatcher: c.dispatcher.Stats(),
 		Queue:      c.queue.Stats(),
@@ -443,6 +257,10 @@ func (c *Controller[O, S, P]) Stats() Stats {
 		Claim:      claim,
 		Leading:    claim.IsCurrentFor(c.observer.Identity(), c.cfg.Clock.Now()),
 	}
+	if st.Leading {
+		st.Held = []int{0}
+	}
+	return st
 }
 
 // Identity returns this replica's holder identity.
@@ -462,24 +280,3 @@ func (c *Controller[O, S, P]) ReadyCheck(*http.Request) error { return c.Ready()
 
 // LiveCheck is Live with the signature of a probe check (see ReadyCheck).
 func (c *Controller[O, S, P]) LiveCheck(*http.Request) error { return c.Live() }
-
-// ProbeHandler serves a probe from a check: 200 "ok" while it returns nil,
-// else 503 with the error's text. Typically:
-//
-//	func serveProbes(ctrl *quietpatch.Controller[*Widget, conditions.Status, statuspatch.MergePatch]) *http.ServeMux {
-//		mux := http.NewServeMux()
-//		mux.Handle("/readyz", quietpatch.ProbeHandler(ctrl.ReadyCheck))
-//		mux.Handle("/healthz", quietpatch.ProbeHandler(ctrl.LiveCheck))
-//		return mux
-//	}
-func ProbeHandler(check func(*http.Request) error) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if err := check(r); err != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = fmt.Fprintln(w, err)
-			return
-		}
-		_, _ = fmt.Fprintln(w, "ok")
-	})
-}

@@ -32,9 +32,9 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// freshFanout is the most keys one event puts in the fresh lane (see
+// FreshFanout is the most keys one event puts in the fresh lane (see
 // Controller.Enqueue).
-const freshFanout = 16
+const FreshFanout = 16
 
 // item is a test object: its desired status is its generation; its
 // current status is what it holds.
@@ -166,7 +166,7 @@ func baseConfig(kube *fake.Clientset) quietpatch.Config {
 
 // runInBackground starts Run and returns a function that cancels it and
 // returns Run's error.
-func runInBackground(t *testing.T, c interface{ Run(context.Context) error }) (stop func() error) {
+func runInBackground(t *testing.T, c quietpatch.Runner) (stop func() error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
@@ -504,7 +504,7 @@ func itemNames(n int) []string {
 // queued; s and t are what only a pass finds (s, held, is served again
 // after its call).
 func TestEventsEnqueueTheirKeysOrMakeAPass(t *testing.T) {
-	many := itemNames(freshFanout + 1) // a..q
+	many := itemNames(FreshFanout + 1) // a..q
 	for _, tc := range []struct {
 		label    string
 		capacity int
@@ -536,9 +536,9 @@ func TestEventsEnqueueTheirKeysOrMakeAPass(t *testing.T) {
 			}},
 		{label: "FreshFanout keys: still the fresh lane", keys: depKeys,
 			event: func(_ *quietpatch.Controller[*item, int64, string], h cache.ResourceEventHandler) {
-				h.OnAdd(&dep{many[:freshFanout]}, false)
+				h.OnAdd(&dep{many[:FreshFanout]}, false)
 			},
-			fresh: many[:freshFanout]},
+			fresh: many[:FreshFanout]},
 		{label: "more keys than FreshFanout: a pass", keys: depKeys,
 			event: func(_ *quietpatch.Controller[*item, int64, string], h cache.ResourceEventHandler) {
 				h.OnAdd(&dep{many}, false)
@@ -551,9 +551,9 @@ func TestEventsEnqueueTheirKeysOrMakeAPass(t *testing.T) {
 			pass: true},
 		{label: "Enqueue, FreshFanout keys: the fresh lane", keys: depKeys,
 			event: func(c *quietpatch.Controller[*item, int64, string], _ cache.ResourceEventHandler) {
-				c.Enqueue(keysOf(many[:freshFanout]...)...)
+				c.Enqueue(keysOf(many[:FreshFanout]...)...)
 			},
-			fresh: many[:freshFanout]},
+			fresh: many[:FreshFanout]},
 		{label: "Enqueue, more keys than FreshFanout: a pass", keys: depKeys,
 			event: func(c *quietpatch.Controller[*item, int64, string], _ cache.ResourceEventHandler) {
 				c.Enqueue(keysOf(many...)...)

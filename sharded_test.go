@@ -26,6 +26,7 @@ import (
 	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch"
 	"github.com/quietpatch/quietpatch/statuspatch/shard"
+	"github.com/quietpatch/quietpatch/statuspatch/source"
 )
 
 // leaseAPI is a fake clientset whose Leases behave like the API server's
@@ -236,7 +237,7 @@ func TestShardedReplicasSplitTheShards(t *testing.T) {
 	if sa.Shards != testShards || !slices.Equal(sa.Members, []string{"a", "b"}) {
 		t.Errorf("a's stats: %d shards, members %v", sa.Shards, sa.Members)
 	}
-	for id, st := range map[string]quietpatch.ShardedStats{"a": sa, "b": sb} {
+	for id, st := range map[string]quietpatch.Stats{"a": sa, "b": sb} {
 		want := 0
 		for _, i := range st.Running {
 			want += per[i]
@@ -300,51 +301,53 @@ func TestShardedReplicasSplitTheShards(t *testing.T) {
 	}
 }
 
-// With Shards 0 or 1 NewSharded runs New's pipeline: one informer, the
-// Lease named as configured.
-func TestShardedWithOneShardIsNew(t *testing.T) {
-	for _, k := range []int{0, 1} {
-		t.Run(fmt.Sprintf("Shards=%d", k), func(t *testing.T) {
-			kube := leaseAPI()
-			lw, uids := configMapLW(t, 10)
-			var mu sync.Mutex
-			patched := map[string]bool{}
-			cfg := shardedConfig(kube, "a")
-			cfg.Shards = k
-			s, err := quietpatch.NewSharded(lw, configMapComputer, statuspatch.PatcherFunc[string](func(_ context.Context, key string) error {
-				mu.Lock()
-				defer mu.Unlock()
-				patched[key] = true
-				return nil
-			}), cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			stop := runInBackground(t, s)
-			waitShards(t, "the Lease held and every object patched", func() bool {
-				mu.Lock()
-				defer mu.Unlock()
-				return holderOf(t, kube, "lease") == "a" && len(patched) == len(uids)
-			})
-			st := s.Stats()
-			if st.Shards != 1 || !slices.Equal(st.Held, []int{0}) || !slices.Equal(st.Running, []int{0}) {
-				t.Errorf("stats: %d shards, held %v, running %v", st.Shards, st.Held, st.Running)
-			}
-			l, err := kube.CoordinationV1().Leases("ns").List(context.Background(), metav1.ListOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(l.Items) != 1 || l.Items[0].Name != "lease" {
-				var names []string
-				for _, x := range l.Items {
-					names = append(names, x.Name)
-				}
-				t.Errorf("Leases %v, want only lease", names)
-			}
-			if err := stop(); err != nil {
-				t.Errorf("Run returned %v", err)
-			}
-		})
+// A Controller is a Runner of one shard: shard 0 of 1, held while it
+// leads, under the Lease named as configured.
+func TestControllerIsOneShard(t *testing.T) {
+	kube := leaseAPI()
+	lw, uids := configMapLW(t, 10)
+	var mu sync.Mutex
+	patched := map[string]bool{}
+	inf := cache.NewSharedIndexInformer(lw, &corev1.ConfigMap{}, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	cfg := shardedConfig(kube, "a")
+	cfg.Shards = 0
+	var r quietpatch.Runner
+	r, err := quietpatch.New(source.Informer[*corev1.ConfigMap](inf), configMapComputer, statuspatch.PatcherFunc[string](func(_ context.Context, key string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		patched[key] = true
+		return nil
+	}), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ictx, stopInformer := context.WithCancel(context.Background())
+	infDone := make(chan struct{})
+	go func() { defer close(infDone); inf.RunWithContext(ictx) }()
+	defer func() { stopInformer(); <-infDone }()
+	stop := runInBackground(t, r)
+	waitShards(t, "the Lease held and every object patched", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return holderOf(t, kube, "lease") == "a" && len(patched) == len(uids) && r.Leading()
+	})
+	st := r.Stats()
+	if st.Shards != 1 || !slices.Equal(st.Held, []int{0}) || !slices.Equal(st.Running, []int{0}) || !slices.Equal(st.Members, []string{"a"}) || !st.Leading {
+		t.Errorf("stats: %d shards, held %v, running %v, members %v, leading %v", st.Shards, st.Held, st.Running, st.Members, st.Leading)
+	}
+	l, err := kube.CoordinationV1().Leases("ns").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Items) != 1 || l.Items[0].Name != "lease" {
+		var names []string
+		for _, x := range l.Items {
+			names = append(names, x.Name)
+		}
+		t.Errorf("Leases %v, want only lease", names)
+	}
+	if err := stop(); err != nil {
+		t.Errorf("Run returned %v", err)
 	}
 }
 
@@ -361,6 +364,8 @@ func TestNewShardedRejectsInvalidConfig(t *testing.T) {
 		{"observer with shards", func(c *quietpatch.Config) { c.Leases, c.Observer = nil, staticObserver{} }, lw, "Observer"},
 		{"too many shards", func(c *quietpatch.Config) { c.Shards = shard.MaxShards + 1 }, lw, "Shards"},
 		{"negative shards", func(c *quietpatch.Config) { c.Shards = -1 }, lw, "Shards"},
+		{"no shards: New's", func(c *quietpatch.Config) { c.Shards = 0 }, lw, "Shards"},
+		{"one shard: New's", func(c *quietpatch.Config) { c.Shards = 1 }, lw, "Shards"},
 		{"nil ListerWatcher", func(*quietpatch.Config) {}, nil, "ListerWatcher"},
 		{"bad lease", func(c *quietpatch.Config) { c.Lease.RenewGrace = time.Minute }, lw, "Lease.RenewGrace"},
 	} {

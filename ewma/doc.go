@@ -25,9 +25,10 @@
 // log line and a test can all look without disturbing each other. The type
 // documentation of [Gauge] gives the exact formula.
 //
-// Each change costs one short critical section (about 25 ns with an explicit
-// time, no allocation), so a queue can record its depth on every insertion
-// and removal. The figures are in docs/performance.md.
+// Each change costs one short critical section and no allocation, so a
+// queue can record its depth on every insertion and removal
+// (docs/performance.md has the figures). A Gauge is safe for concurrent
+// use; [Peak] is the same arithmetic as a plain value.
 //
 // # Choosing τ
 //

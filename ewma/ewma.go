@@ -41,28 +41,76 @@ var ErrInvalidTau = errors.New("ewma: tau must be > 0")
 // A Gauge is safe for concurrent use by multiple goroutines and must not be
 // copied after first use.
 type Gauge struct {
-	tau time.Duration      // 0 in the zero Gauge
 	clk clock.PassiveClock // nil in the zero Gauge: time.Now
 
-	mu   sync.Mutex // guards the fields below
-	avg  float64    // A: the Peak-EWMA as of last
-	cur  float64    // the value held since last
-	last time.Time  // the latest update, once set
-	set  bool       // an update has happened
+	mu sync.Mutex // guards p
+	p  Peak
 }
+
+// Peak is the Peak-EWMA of a [Gauge] as a plain value, for code that keeps
+// it under a lock of its own or in a pure function: UpdateAt returns the
+// new value and changes nothing. The zero Peak does not average (τ = 0);
+// [NewPeak] gives one with a time constant.
+type Peak struct {
+	tau  time.Duration
+	avg  float64   // A: the Peak-EWMA as of last
+	cur  float64   // the value held since last
+	last time.Time // the latest update, once set
+	set  bool      // an update has happened
+}
+
+// NewPeak returns an empty Peak with time constant tau, or an error
+// wrapping [ErrInvalidTau] when tau is not positive.
+func NewPeak(tau time.Duration) (Peak, error) {
+	if tau <= 0 {
+		return Peak{}, fmt.Errorf("%w, got %v", ErrInvalidTau, tau)
+	}
+	return Peak{tau: tau}, nil
+}
+
+// UpdateAt returns p with its value set to v at time t ([Gauge.UpdateAt]).
+func (p Peak) UpdateAt(t time.Time, v float64) Peak {
+	if !finite(v) {
+		return p
+	}
+	avg := p.ValueAt(t)
+	if !p.set || t.After(p.last) {
+		p.last, p.set = t, true
+	}
+	p.avg, p.cur = max(avg, v), v
+	return p
+}
+
+// ValueAt returns the Peak-EWMA at time t ([Gauge.ValueAt]): the average as
+// of the latest update with the value held since then folded in.
+func (p Peak) ValueAt(t time.Time) float64 {
+	dt := t.Sub(p.last)
+	if !p.set || dt <= 0 {
+		return p.avg // 0 before the first update
+	}
+	w := math.Exp(-float64(dt) / float64(p.tau)) // τ = 0: exp(−Inf) = 0
+	x := p.avg*w + p.cur*(1-w)
+	// x lies between avg and cur, but rounding can step an ulp outside,
+	// or overflow near ±MaxFloat64.
+	return min(max(x, min(p.avg, p.cur)), max(p.avg, p.cur))
+}
+
+// Last returns the value most recently set, or 0 before the first update.
+func (p Peak) Last() float64 { return p.cur }
 
 // New returns a Gauge with time constant tau that reads time from clk. A nil
 // clk means the real clock (k8s.io/utils/clock.RealClock). A tau that is not
 // positive is rejected with an error wrapping [ErrInvalidTau].
 func New(tau time.Duration, clk clock.PassiveClock) (*Gauge, error) {
-	if tau <= 0 {
-		return nil, fmt.Errorf("%w, got %v", ErrInvalidTau, tau)
+	p, err := NewPeak(tau)
+	if err != nil {
+		return nil, err
 	}
 	switch clk.(type) {
 	case nil, *clock.RealClock: // a nil *RealClock too
 		clk = clock.RealClock{}
 	}
-	return &Gauge{tau: tau, clk: clk}, nil
+	return &Gauge{clk: clk, p: p}, nil
 }
 
 // Update sets the value to v now. See [Gauge.UpdateAt].
@@ -70,11 +118,8 @@ func (g *Gauge) Update(v float64) { g.UpdateAt(g.now(), v) }
 
 // UpdateAt sets the value to v at time t.
 func (g *Gauge) UpdateAt(t time.Time, v float64) {
-	if !finite(v) {
-		return
-	}
 	g.mu.Lock()
-	g.setLocked(t, v)
+	g.p = g.p.UpdateAt(t, v)
 	g.mu.Unlock()
 }
 
@@ -86,9 +131,7 @@ func (g *Gauge) Add(delta float64) { g.AddAt(g.now(), delta) }
 // would, but atomically.
 func (g *Gauge) AddAt(t time.Time, delta float64) {
 	g.mu.Lock()
-	if v := g.cur + delta; finite(v) {
-		g.setLocked(t, v)
-	}
+	g.p = g.p.UpdateAt(t, g.p.cur+delta)
 	g.mu.Unlock()
 }
 
@@ -100,14 +143,14 @@ func (g *Gauge) Value() float64 { return g.ValueAt(g.now()) }
 func (g *Gauge) ValueAt(t time.Time) float64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.foldLocked(t)
+	return g.p.ValueAt(t)
 }
 
 // Last returns the value most recently set, or 0 before the first update.
 func (g *Gauge) Last() float64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.cur
+	return g.p.cur
 }
 
 // Register creates a Float64ObservableGauge named name on m, with opts (for
@@ -131,29 +174,6 @@ func (g *Gauge) Register(m metric.Meter, name string, opts ...metric.Float64Obse
 		return noop.Registration{}, fmt.Errorf("ewma: registering callback for gauge %q: %w", name, err)
 	}
 	return reg, nil
-}
-
-// setLocked applies an update to v at t. g.mu must be held.
-func (g *Gauge) setLocked(t time.Time, v float64) {
-	avg := g.foldLocked(t)
-	if !g.set || t.After(g.last) {
-		g.last, g.set = t, true
-	}
-	g.avg, g.cur = max(avg, v), v
-}
-
-// foldLocked returns the average at t: the average as of the latest update
-// with the value held since then folded in. g.mu must be held.
-func (g *Gauge) foldLocked(t time.Time) float64 {
-	dt := t.Sub(g.last)
-	if !g.set || dt <= 0 {
-		return g.avg // 0 before the first update
-	}
-	w := math.Exp(-float64(dt) / float64(g.tau)) // τ = 0: exp(−Inf) = 0
-	x := g.avg*w + g.cur*(1-w)
-	// x lies between avg and cur, but rounding can step an ulp outside,
-	// or overflow near ±MaxFloat64.
-	return min(max(x, min(g.avg, g.cur)), max(g.avg, g.cur))
 }
 
 func (g *Gauge) now() time.Time {

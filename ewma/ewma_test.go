@@ -431,3 +431,32 @@ func TestConcurrent(t *testing.T) {
 		t.Errorf("Last after all writers = %v, want 0 (lost update)", got)
 	}
 }
+
+// A Peak is the Gauge's arithmetic as a value: the same updates give the
+// same reads, and an update returns a new Peak without changing the old.
+func TestPeakIsTheGaugeAsAValue(t *testing.T) {
+	t0 := time.Date(2026, time.March, 1, 12, 0, 0, 0, time.UTC)
+	g, err := ewma.New(time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := ewma.NewPeak(time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range []float64{3, 1, 7, 0, 2} {
+		at := t0.Add(time.Duration(i) * 700 * time.Millisecond)
+		g.UpdateAt(at, v)
+		before := p
+		p = p.UpdateAt(at, v)
+		if i > 0 && before.Last() == v {
+			t.Fatalf("update %d changed the Peak it was called on", i)
+		}
+		if read := at.Add(300 * time.Millisecond); p.ValueAt(read) != g.ValueAt(read) || p.Last() != g.Last() {
+			t.Fatalf("update %d: Peak reads %v (last %v), Gauge %v (last %v)", i, p.ValueAt(read), p.Last(), g.ValueAt(read), g.Last())
+		}
+	}
+	if _, err := ewma.NewPeak(0); !errors.Is(err, ewma.ErrInvalidTau) {
+		t.Errorf("NewPeak(0) = %v, want ErrInvalidTau", err)
+	}
+}

@@ -28,7 +28,7 @@ func TestFoldStaysBetween(t *testing.T) {
 		if r.IntN(2) == 0 {
 			avg, cur = cur, avg
 		}
-		g := &Gauge{tau: time.Second, avg: avg, cur: cur, last: t0, set: true}
+		g := Peak{tau: time.Second, avg: avg, cur: cur, last: t0, set: true}
 		dt := time.Duration(r.Int64N(int64(5 * time.Second)))
 		got := g.ValueAt(t0.Add(dt))
 		if lo, hi := min(avg, cur), max(avg, cur); !(got >= lo && got <= hi) {

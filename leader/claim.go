@@ -17,8 +17,8 @@ import (
 // acquired — also when the same holder acquires it again after losing it — so
 // work tagged with the epoch it was produced under can be fenced: work from an
 // earlier epoch must not be applied. The [Claimer] keeps it in the Lease's
-// spec.leaseTransitions, which it increments on every acquisition; see the
-// package documentation for how that differs from client-go's leaderelection.
+// spec.leaseTransitions, which it increments on every acquisition
+// (docs/leader.md says how that differs from client-go's leaderelection).
 //
 // Claim is a small value: compare claims with [Claim.Equal], not ==, since
 // == on time.Time also compares the location and monotonic reading.

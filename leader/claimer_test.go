@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 func leaseSpec(holder string, renew time.Time, transitions int32) coordv1.LeaseSpec {
@@ -929,14 +931,14 @@ func TestRunTwiceAndReadiness(t *testing.T) {
 	if err := c.Healthy(); err != nil {
 		t.Errorf("Ready while running = %v", err)
 	}
-	if err := c.Run(context.Background()); !errors.Is(err, ErrAlreadyStarted) {
-		t.Errorf("second Run = %v, want ErrAlreadyStarted", err)
+	if err := c.Run(context.Background()); !errors.Is(err, outcome.ErrAlreadyStarted) {
+		t.Errorf("second Run = %v, want outcome.ErrAlreadyStarted", err)
 	}
 	if err := r.stop(); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v", err)
 	}
-	if err := c.Run(context.Background()); !errors.Is(err, ErrAlreadyStarted) {
-		t.Errorf("Run after stop = %v, want ErrAlreadyStarted", err)
+	if err := c.Run(context.Background()); !errors.Is(err, outcome.ErrAlreadyStarted) {
+		t.Errorf("Run after stop = %v, want outcome.ErrAlreadyStarted", err)
 	}
 }
 

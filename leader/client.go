@@ -3,11 +3,14 @@ package leader
 import (
 	"cmp"
 	"fmt"
+	"log/slog"
 	"reflect"
 
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
+
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 // LeaseUserAgent is appended to the user agent of the client
@@ -15,7 +18,7 @@ import (
 // tell Lease traffic apart.
 const LeaseUserAgent = "quietpatch-leases"
 
-// NewLeaseClient returns the client a [Claimer] or a [Group] needs: a
+// NewLeaseClient returns the client a [Claimer] (or the shard group) needs: a
 // coordination/v1 client built from a copy of cfg with no client-side rate
 // limiter (QPS -1, no RateLimiter) and [LeaseUserAgent] appended to its
 // user agent. Pass it the rest.Config the rest of the controller uses:
@@ -26,7 +29,7 @@ const LeaseUserAgent = "quietpatch-leases"
 // the rate with K shards).
 func NewLeaseClient(cfg *rest.Config) (coordinationv1client.CoordinationV1Interface, error) {
 	if cfg == nil {
-		return nil, &ConfigError{Field: "cfg", Reason: "must not be nil"}
+		return nil, &outcome.ConfigError{Field: "cfg", Reason: "must not be nil"}
 	}
 	c := rest.CopyConfig(cfg)
 	c.QPS, c.Burst, c.RateLimiter = -1, 0, nil
@@ -38,10 +41,10 @@ func NewLeaseClient(cfg *rest.Config) (coordinationv1client.CoordinationV1Interf
 	return lc, nil
 }
 
-// CheckLeaseClient returns a [*ConfigError] naming Leases when client has
+// CheckLeaseClient returns a [*outcome.ConfigError] naming Leases when client has
 // client-go's token-bucket rate limiter with QPS > 0 — what
 // kubernetes.NewForConfig builds from a rest.Config whose QPS is 0 (5 a
-// second) or positive —, and nil otherwise. [NewClaimer], [NewGroup] and
+// second) or positive —, and nil otherwise. [NewClaimer], quietpatch.NewSharded and
 // quietpatch.New call it. A Lease request that waits in a limiter renews
 // late, and a claim renewed late is lost: use [NewLeaseClient].
 //
@@ -53,7 +56,7 @@ func CheckLeaseClient(client coordinationv1client.LeasesGetter) error {
 	if lim == nil || !isTokenBucket(lim) || lim.QPS() <= 0 {
 		return nil
 	}
-	return &ConfigError{Field: "Leases", Reason: fmt.Sprintf("has a client-side rate limiter (QPS %g): Lease requests would wait in it, behind each other and behind every other request of the client, and a renewal sent late loses the claim; build it with leader.NewLeaseClient(restConfig), or from a rest.Config with QPS -1",
+	return &outcome.ConfigError{Field: "Leases", Reason: fmt.Sprintf("has a client-side rate limiter (QPS %g): Lease requests would wait in it, behind each other and behind every other request of the client, and a renewal sent late loses the claim; build it with leader.NewLeaseClient(restConfig), or from a rest.Config with QPS -1",
 		lim.QPS())}
 }
 
@@ -61,6 +64,17 @@ func CheckLeaseClient(client coordinationv1client.LeasesGetter) error {
 // Run, for a Lease client's limiter of a kind CheckLeaseClient cannot size
 // (its type is the attribute limiter).
 const limiterWarning = "leader: the Lease client has a client-side rate limiter of a kind the library cannot size: Lease requests may wait in it and renew late; build the client with leader.NewLeaseClient(restConfig), or leave rest.Config.RateLimiter nil and set QPS -1"
+
+// WarnUnsizedLimiter logs limiterWarning to log when client's limiter is
+// of a kind CheckLeaseClient cannot size. A [Claimer] calls it when its
+// Run starts; whoever runs several claimers on one client (the shard
+// group) calls it once and hands the claimers a client that shows no
+// limiter.
+func WarnUnsizedLimiter(log *slog.Logger, client coordinationv1client.LeasesGetter) {
+	if lim := unsizedLimiter(client); lim != "" {
+		log.Warn(limiterWarning, "limiter", lim)
+	}
+}
 
 // unsizedLimiter returns the type of client's limiter when it is of a kind
 // CheckLeaseClient cannot size, else "".

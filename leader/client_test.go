@@ -17,6 +17,8 @@ import (
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
+
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 // slowLimiter is a rate limiter of a kind client-go does not make.
@@ -56,7 +58,7 @@ func TestCheckLeaseClient(t *testing.T) {
 	}
 	for _, c := range cases {
 		err := CheckLeaseClient(c.client)
-		var ce *ConfigError
+		var ce *outcome.ConfigError
 		switch {
 		case c.reject && (!errors.As(err, &ce) || ce.Field != "Leases" || !strings.Contains(ce.Reason, "leader.NewLeaseClient(restConfig)")):
 			t.Errorf("%s: CheckLeaseClient = %v, want a ConfigError naming Leases and NewLeaseClient", c.name, err)
@@ -70,11 +72,8 @@ func TestCheckLeaseClient(t *testing.T) {
 		if _, err := NewClaimer(c.client, cfg); (err != nil) != c.reject {
 			t.Errorf("%s: NewClaimer = %v, want rejected: %v", c.name, err, c.reject)
 		}
-		if _, err := NewGroup(c.client, cfg, 4); (err != nil) != c.reject {
-			t.Errorf("%s: NewGroup = %v, want rejected: %v", c.name, err, c.reject)
-		}
 	}
-	if _, err := NewLeaseClient(nil); !errors.Is(err, ErrInvalidConfig) {
+	if _, err := NewLeaseClient(nil); !errors.Is(err, outcome.ErrInvalidConfig) {
 		t.Errorf("NewLeaseClient(nil) = %v", err)
 	}
 }

@@ -3,7 +3,6 @@ package leader
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -14,6 +13,8 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/clock"
+
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 // Defaults applied by [NewClaimer] to zero fields of [Config].
@@ -27,30 +28,6 @@ const (
 	// of LeaseDuration is shorter.
 	DefaultCallTimeout = 5 * time.Second
 )
-
-// ErrInvalidConfig is wrapped by every error quietpatch returns for a
-// configuration it rejects: here by [NewClaimer] and [Config.Validate],
-// whose error is a [*ConfigError] naming the field.
-var ErrInvalidConfig = errors.New("quietpatch: invalid config")
-
-// ConfigError says which field of a configuration is invalid and why. It
-// wraps [ErrInvalidConfig]; use errors.As to read the field. It is the
-// config error of every quietpatch package, not only of [Config].
-type ConfigError struct {
-	// Field is the field's path as the caller writes it, relative to the
-	// configuration value passed: "RenewGrace" for Config.RenewGrace.
-	Field string
-	// Reason says what is wrong, e.g. "must be < LeaseDuration (15s), got 20s".
-	Reason string
-}
-
-// Error returns "quietpatch: invalid config: <Field> <Reason>".
-func (e *ConfigError) Error() string {
-	return ErrInvalidConfig.Error() + ": " + e.Field + " " + e.Reason
-}
-
-// Unwrap returns [ErrInvalidConfig].
-func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
 
 // DefaultIdentity returns an identity unique to this process: the pod's
 // name ($POD_NAME, else the host name) followed by "_" and 8 random hex
@@ -69,14 +46,6 @@ func DefaultIdentity() string {
 	var b [4]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
 	return base + "_" + hex.EncodeToString(b[:])
-}
-
-// Validate reports whether cfg would be accepted by [NewClaimer]: nil, or a
-// [*ConfigError] naming the first invalid field. Defaults are applied to a
-// copy first, so zero fields are valid.
-func (cfg Config) Validate() error {
-	_, err := cfg.withDefaults()
-	return err
 }
 
 // Config configures a [Claimer]. Zero fields take the documented default;
@@ -165,7 +134,7 @@ type Config struct {
 	// verb); and an error record when Run fails. Nil discards all records.
 	Logger *slog.Logger
 
-	// Meter creates the instruments listed in the package documentation.
+	// Meter creates the quietpatch.leader instruments (docs/metrics.md).
 	// Nil means a no-op meter.
 	Meter metric.Meter
 
@@ -173,15 +142,16 @@ type Config struct {
 	// given name and resourceVersion, if it did: the claimer then counts
 	// the claim it first reads from that moment rather than from its own
 	// first read — same process, same clock, same state. For a claimer
-	// started after something else in the process watched the Lease (a
-	// [Group], which quietpatch.NewSharded passes here), so that taking a
-	// dead replica's shard costs one lease duration, not two.
+	// started after something else in the process watched the Lease (the
+	// shard group of package statuspatch/shard passes its own here), so
+	// that taking a dead replica's shard costs one lease duration, not two.
 	Seen func(name, resourceVersion string) (time.Time, bool)
 }
 
-// withDefaults returns cfg with zero fields set to their defaults and
-// validates the result.
-func (cfg Config) withDefaults() (Config, error) {
+// Complete returns cfg with zero fields set to the defaults [NewClaimer]
+// applies, or a [*outcome.ConfigError] naming the first invalid field:
+// what NewClaimer would reject.
+func (cfg Config) Complete() (Config, error) {
 	if cfg.Namespace == "" {
 		return cfg, configErr("Namespace must not be empty")
 	}
@@ -261,5 +231,5 @@ func (cfg Config) withDefaults() (Config, error) {
 func configErr(format string, args ...any) error {
 	msg := fmt.Sprintf(format, args...)
 	field, reason, _ := strings.Cut(msg, " ")
-	return &ConfigError{Field: field, Reason: reason}
+	return &outcome.ConfigError{Field: field, Reason: reason}
 }

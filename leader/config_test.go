@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 func TestConfigDefaults(t *testing.T) {
@@ -104,34 +106,39 @@ func TestConfigRejected(t *testing.T) {
 			if err == nil {
 				t.Fatalf("accepted: %+v", c.Config())
 			}
-			if !errors.Is(err, ErrInvalidConfig) {
-				t.Errorf("error %v does not wrap ErrInvalidConfig", err)
+			if !errors.Is(err, outcome.ErrInvalidConfig) {
+				t.Errorf("error %v does not wrap outcome.ErrInvalidConfig", err)
 			}
 			if want := "quietpatch: invalid config: " + tc.want; !strings.HasPrefix(err.Error(), want) {
 				t.Errorf("error %q, want it to start with %q", err, want)
 			}
 			// The field is in the error's type, for callers that map it
 			// to a flag or option of their own.
-			var ce *ConfigError
+			var ce *outcome.ConfigError
 			field, _, _ := strings.Cut(tc.want, " ")
 			if !errors.As(err, &ce) || ce.Field != field {
-				t.Errorf("error %v: ConfigError %+v, want Field %q", err, ce, field)
+				t.Errorf("error %v: outcome.ConfigError %+v, want Field %q", err, ce, field)
 			}
-			if verr := cfg.Validate(); verr == nil || verr.Error() != err.Error() {
-				t.Errorf("Validate() = %v, NewClaimer: %v", verr, err)
+			if _, verr := cfg.Complete(); verr == nil || verr.Error() != err.Error() {
+				t.Errorf("Complete() = %v, NewClaimer: %v", verr, err)
 			}
 		})
 	}
 	t.Run("nil client", func(t *testing.T) {
-		if _, err := NewClaimer(nil, valid); !errors.Is(err, ErrInvalidConfig) {
-			t.Errorf("NewClaimer(nil) = %v, want ErrInvalidConfig", err)
+		if _, err := NewClaimer(nil, valid); !errors.Is(err, outcome.ErrInvalidConfig) {
+			t.Errorf("NewClaimer(nil) = %v, want outcome.ErrInvalidConfig", err)
 		}
 	})
 }
 
-func TestConfigValidateAcceptsDefaults(t *testing.T) {
-	if err := (Config{Namespace: "ns", Name: "lease", Identity: DefaultIdentity()}).Validate(); err != nil {
+func TestConfigCompleteAppliesTheDefaults(t *testing.T) {
+	cfg, err := Config{Namespace: "ns", Name: "lease", Identity: DefaultIdentity()}.Complete()
+	if err != nil {
 		t.Fatal(err)
+	}
+	if cfg.LeaseDuration != DefaultLeaseDuration || cfg.RenewGrace != 10*time.Second || cfg.RetryPeriod != DefaultRetryPeriod ||
+		cfg.CallTimeout != DefaultCallTimeout || cfg.Clock == nil || cfg.Logger == nil || cfg.Meter == nil {
+		t.Errorf("Complete() = %+v, want the defaults", cfg)
 	}
 }
 

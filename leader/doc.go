@@ -1,6 +1,8 @@
 // Package leader elects one replica of a controller through a
 // coordination.k8s.io/v1 Lease, and tells every replica who holds it, until
-// when, and under which epoch.
+// when, and under which epoch. Most callers meet it through quietpatch.New,
+// which runs a [Claimer] for its pipeline; a Claimer's methods are safe for
+// concurrent use, and its Run runs once.
 //
 // # Claims
 //
@@ -64,16 +66,9 @@
 // land. So every replica's view of a claim ends no earlier than the holder's
 // own view; clocks need only run at about the same rate, not agree.
 //
-// Timeline with the defaults (LeaseDuration 15s, RenewGrace 10s,
-// RetryPeriod 2s, CallTimeout 5s), holder A, observer B:
+// docs/leader.md has a timeline with the defaults.
 //
-//	t=0   A acquires (request sent at 0)       A: claim until 15   B sees it at 0.1: A's claim until 15.1
-//	t=5   A renews (10s left)                  A: until 20         B: until 20.1
-//	t=10  renew fails (API down); retry 12, 14 …
-//	t=20  A's claim runs out: A stops reporting itself as holder
-//	t=20.1 B's view of A's claim runs out: B acquires, epoch+1
-//
-// # Epochs and client-go
+// # Epochs
 //
 // The epoch is the Lease's spec.leaseTransitions. This claimer increments it
 // on every acquisition — including when the same holder acquires again
@@ -84,14 +79,10 @@
 // acquisition still uses an epoch above every epoch this replica has seen,
 // so a replica's own epochs strictly increase.
 //
-// k8s.io/client-go/tools/leaderelection increments leaseTransitions only
-// when the holder identity changes, and renews every RetryPeriod rather than
-// when RenewGrace remains. The two agree on the rest of the protocol
-// (holderIdentity, leaseDurationSeconds, renewTime, observation-time expiry,
-// empty holder = free), so they exclude each other correctly if mixed on one
-// Lease, but client-go's epochs do not mark its same-holder re-acquisitions.
-// Use one implementation per Lease. This claimer does not set or honour the
-// coordinated-leader-election fields (spec.strategy, spec.preferredHolder).
+// Mixed on one Lease with k8s.io/client-go/tools/leaderelection, the two
+// exclude each other correctly, but client-go's epochs do not mark its
+// same-holder re-acquisitions (docs/leader.md): use one implementation per
+// Lease.
 //
 // # Watching
 //
@@ -113,7 +104,7 @@
 // request, the Lease missing with RequireExisting, and Unauthorized or
 // Forbidden once they have lasted a full LeaseDuration (a kube-apiserver that
 // has just restarted refuses requests until its authorizer has synced, and
-// // that must not stop a healthy replica) — end Run with that error, and
+// that must not stop a healthy replica) — end Run with that error, and
 // [Claimer.Healthy] reports an error from then on (it also does before Run
 // starts), so a readiness probe turns a dead lease loop into a visible,
 // restartable failure:
@@ -156,51 +147,17 @@
 // another holder's claim, publishes it with a zero Expiry (never current
 // for us), and never vacates it.
 //
-// # Shards: groups and the plan
-//
-// A sharded pipeline (quietpatch.NewSharded) has one Lease per shard, each
-// with its own [Claimer] — so every guarantee above holds per shard — and
-// one [Group] per replica: a membership Lease of its own,
-// <Name>-member-<hash>, renewed like a claim and deleted when the replica
-// stops, and a list of the namespace's Leases every RetryPeriod, from which
-// it tells, on its own clock, which replicas are alive and who holds each
-// shard. [Plan] turns that [View] into the shards to compete for and those
-// to give up: each replica holds at most ⌈K/R⌉; when a replica holds fewer
-// than ⌊K/R⌋ (it just joined, or its shards ran out), the replica holding
-// the most gives one up on purpose, one shard a round, and only the
-// starved replicas take free shards, so the spread converges in a few
-// rounds and no shard bounces. A replica that is killed stops renewing its
-// membership and its shard Leases: both run out after LeaseDuration, and
-// the survivors take its shards. Plan only chooses what to compete for;
-// the shard Leases decide every race.
-//
-// Permissions, for a Group: leases list in Config.Namespace, and create,
-// get, update and delete on the membership Lease (its name derives from
-// the identity, so RBAC cannot name it in advance).
-//
 // # The Lease client
 //
 // A Lease request must never wait in a client-side rate limiter: a renewal
 // sent late is a claim lost. [NewLeaseClient] builds the client from the
-// controller's rest.Config without one; [NewClaimer] and [NewGroup] (and
-// quietpatch.New and NewSharded) reject, with a ConfigError naming Leases,
-// a client with client-go's token-bucket limiter, and log one warning at
-// Run for a limiter of another kind. What the client sends, per replica,
-// with P = LeaseDuration−RenewGrace (5 s with the defaults) and H shards
-// held: H renewals per P; one watch per claim, reopened every 5 minutes; a
-// GET after a watch event showing a state the claimer does not know
-// (another party wrote the Lease: a move, or, without shards, each of the
-// holder's renewals seen by a follower); for a Group, a GET and an update
-// of its membership Lease per P and a list every RetryPeriod. With the
-// defaults a deployment of R replicas and K > 1 shards sends about
-// K/5 + 0.9·R requests a second (R = 2: 3.4 at K = 8, 8.2 at K = 32;
-// measured figures in docs/performance.md); without shards, 0.2 for the
-// holder and 0.2 per follower.
-//
-// Every Lease a Claimer creates or acquires carries the label
-// [LeaseLabel] (quietpatch.io/claim=true), so that a
-// ValidatingAdmissionPolicyBinding can select a deployment's Leases as
-// params (the HTTPRoute example's fence).
+// controller's rest.Config without one; [NewClaimer] (and quietpatch.New
+// and NewSharded) reject, with a ConfigError naming Leases, a client with
+// client-go's token-bucket limiter, and log one warning at Run for a
+// limiter of another kind. docs/leader.md has the requests a second a
+// deployment sends. Every Lease a Claimer creates or acquires carries the
+// label [LeaseLabel], so that a ValidatingAdmissionPolicyBinding can select
+// a deployment's Leases as params (the HTTPRoute example's fence).
 //
 // # Observability
 //
@@ -209,37 +166,10 @@
 // reason), vacates it or decides not to, and when Run stops; a debug
 // record when it sees another holder (or none) take over and when requests
 // start or stop failing — nothing per unchanged renewal —; one error record
-// when Run fails.
-//
-// Instruments are created from Config.Meter (nil: no-op) and observed at
-// collection time from the claimer's own counters. Every data point carries
-// k8s.namespace.name and k8s.lease.name; the table of all quietpatch
-// instruments, with their Prometheus names, is in the package documentation
-// of github.com/quietpatch/quietpatch.
-//
-//	name                           kind     unit          attributes         meaning
-//	quietpatch.leader.is_leader    gauge    (none)        identity           1 while our claim is current, else 0 (*)
-//	quietpatch.leader.epoch        gauge    (none)                           epoch of the latest claim observed (*)
-//	quietpatch.leader.transitions  counter  {transition}  direction          acquired, lost: this replica's transitions
-//	quietpatch.leader.requests     counter  {request}     operation, result  Lease API requests by outcome
-//
-// (*) observed only while Run runs.
-//
-// operation is one of get, create, acquire, renew, vacate, watch; result is
-// the request's outcome, with the values every quietpatch instrument uses:
-// ok, conflict (409, including AlreadyExists), not_found (404), forbidden
-// (403), unauthorized (401), invalid (400, 405, 406, 413, 415, 422),
-// throttled (429), timeout (a deadline, 504, a timeout status, a network
-// timeout), canceled (the context was cancelled), error (anything else).
-//
-// # Configuration errors
-//
-// [ErrInvalidConfig] and [ConfigError] are the configuration errors of all
-// of quietpatch, defined here because statuspatch and the root package both
-// import this package. A ConfigError's Field is the field's path relative
-// to the value the caller passed: [NewClaimer] rejects a RenewGrace of 20s
-// with a 15s LeaseDuration as "quietpatch: invalid config: RenewGrace must
-// be < LeaseDuration (15s), got 20s".
+// when Run fails. Config.Meter gets the quietpatch.leader instruments,
+// observed at collection time from the claimer's own counters; their table
+// is in docs/metrics.md. Configuration errors are package
+// statuspatch/outcome's ConfigError, naming the field.
 //
 // # Testing
 //

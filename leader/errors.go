@@ -1,6 +1,10 @@
 package leader
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
+)
 
 // Sentinel errors. Errors returned by this package wrap one of these (or a
 // Kubernetes API error, which k8s.io/apimachinery/pkg/api/errors classifies).
@@ -13,10 +17,6 @@ var (
 	// [Claimer.Relinquish] after [Claimer.Run] has returned. Healthy joins
 	// it with the error Run returned.
 	ErrStopped = errors.New("leader: claimer stopped")
-
-	// ErrAlreadyStarted is returned by a second call of Run, of a [Claimer]
-	// and of every other part of the library: each runs once.
-	ErrAlreadyStarted = errors.New("quietpatch: Run already called: Run may be called once")
 
 	// ErrLeaseNotFound is wrapped by the error [Claimer.Run] returns when
 	// the Lease is missing or was deleted and Config.RequireExisting is set.
@@ -37,12 +37,5 @@ var (
 // rejects the request itself. Run returns such errors instead of retrying
 // them forever behind a healthy-looking process.
 func fatal(err error) bool {
-	if errors.Is(err, ErrTransitionsExhausted) {
-		return true
-	}
-	switch resultOf(err) {
-	case resultForbidden, resultUnauthorized, resultInvalid:
-		return true
-	}
-	return false
+	return errors.Is(err, ErrTransitionsExhausted) || outcome.Permanent(err)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -257,7 +259,44 @@ type runner struct {
 type idleReport struct {
 	seq       int
 	now, wake time.Time
-	watchSeq  uint64
+	armed     bool // the loop's timer is not stopped yet
+}
+
+// loopClock is a runner's clock: the harness's fake clock, which notes
+// every timer the claimer's loop arms to wait — when it goes idle, and
+// until when.
+type loopClock struct {
+	*clocktesting.FakeClock
+	r *runner
+}
+
+func (c loopClock) NewTimer(d time.Duration) clock.Timer {
+	now := c.Now()
+	t := c.FakeClock.NewTimer(d)
+	pc, _, _, ok := goruntime.Caller(1)
+	if !ok || !strings.HasSuffix(goruntime.FuncForPC(pc).Name(), ".(*loop).run") {
+		return t
+	}
+	c.r.mu.Lock()
+	defer c.r.mu.Unlock()
+	c.r.idle = idleReport{seq: c.r.idle.seq + 1, now: now, wake: now.Add(d), armed: true}
+	return loopTimer{Timer: t, r: c.r, seq: c.r.idle.seq}
+}
+
+// loopTimer is a timer of the loop: stopped, the loop is no longer idle.
+type loopTimer struct {
+	clock.Timer
+	r   *runner
+	seq int
+}
+
+func (t loopTimer) Stop() bool {
+	t.r.mu.Lock()
+	if t.r.idle.seq == t.seq {
+		t.r.idle.armed = false
+	}
+	t.r.mu.Unlock()
+	return t.Timer.Stop()
 }
 
 func (h *harness) start(cfg Config) *runner {
@@ -271,10 +310,8 @@ func (h *harness) start(cfg Config) *runner {
 
 func (h *harness) run(c *Claimer) *runner {
 	r := &runner{t: h.t, c: c, done: make(chan struct{})}
-	c.hooks.idle = func(now, wake time.Time, watchSeq uint64) {
-		r.mu.Lock()
-		r.idle = idleReport{seq: r.idle.seq + 1, now: now, wake: wake, watchSeq: watchSeq}
-		r.mu.Unlock()
+	if fc, ok := c.clk.(*clocktesting.FakeClock); ok {
+		c.clk = loopClock{FakeClock: fc, r: r}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
@@ -340,19 +377,21 @@ func (r *runner) settled(now time.Time, last writeMark) (bool, string) {
 	if r.stopped() {
 		return true, ""
 	}
+	// The watch first: the loop stops its timer before it takes an event,
+	// so an event taken after this read shows below as a loop not idle.
+	r.c.mu.Lock()
+	healthy, fresh, ev := r.c.watch.healthy, r.c.watch.fresh, r.c.watch.last
+	r.c.mu.Unlock()
 	r.mu.Lock()
 	idle, minSeq := r.idle, r.minSeq
 	r.mu.Unlock()
-	if idle.seq == 0 || idle.seq <= minSeq {
+	if idle.seq == 0 || idle.seq <= minSeq || !idle.armed {
 		return false, "loop has not gone idle"
 	}
 	if !idle.now.Equal(now) && !idle.wake.After(now) {
 		return false, fmt.Sprintf("loop idle at %v, due at %v", idle.now.Sub(t0), idle.wake.Sub(t0))
 	}
-	r.c.watch.mu.Lock()
-	healthy, seq, ev := r.c.watch.healthy, r.c.watch.seq, r.c.watch.last
-	r.c.watch.mu.Unlock()
-	if seq != idle.watchSeq {
+	if fresh {
 		return false, "watch event not handled yet"
 	}
 	if r.noWatch {

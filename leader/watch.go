@@ -3,7 +3,6 @@ package leader
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	coordv1 "k8s.io/api/coordination/v1"
@@ -17,51 +16,50 @@ import (
 // the one long-running request the claimer makes.
 const watchTimeoutSeconds = 5 * 60
 
-// watchState is what the watch goroutine tells the loop. The loop only
-// learns that something changed; it re-reads the Lease with a GET before
-// acting, so a watch event that lags behind our own writes can never make
-// us believe we lost the lease.
+// watchState is what the watch goroutine tells the loop, under
+// Claimer.mu: whether a watch is established, and the latest event about
+// our Lease, fresh until the loop has taken it. The loop only learns that
+// something changed; it re-reads the Lease with a GET before acting, so a
+// watch event that lags behind our own writes can never make us believe we
+// lost the lease.
 type watchState struct {
-	mu      sync.Mutex
-	healthy bool   // a watch is established
-	seq     uint64 // incremented at every event about our Lease
+	healthy bool
 	last    watchEvent
+	fresh   bool // last is not taken yet
 	warned  bool // a permanent watch failure was logged
 }
 
 type watchEvent struct {
-	seq     uint64
 	deleted bool
 	key     leaseKey
 }
 
 func (c *Claimer) watchHealthy() bool {
-	c.watch.mu.Lock()
-	defer c.watch.mu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	return c.watch.healthy
 }
 
-// watchEvent returns the latest watch event if it is newer than seq.
-func (c *Claimer) watchEvent(seq uint64) (watchEvent, bool) {
-	c.watch.mu.Lock()
-	defer c.watch.mu.Unlock()
-	if c.watch.seq == seq {
-		return watchEvent{}, false
-	}
-	return c.watch.last, true
+// takeWatchEvent returns the latest watch event if the loop has not taken
+// it yet.
+func (c *Claimer) takeWatchEvent() (watchEvent, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	fresh := c.watch.fresh
+	c.watch.fresh = false
+	return c.watch.last, fresh
 }
 
 func (c *Claimer) setWatchHealthy(ok bool) {
-	c.watch.mu.Lock()
+	c.mu.Lock()
 	c.watch.healthy = ok
-	c.watch.mu.Unlock()
+	c.mu.Unlock()
 }
 
 func (c *Claimer) noteWatchEvent(deleted bool, key leaseKey) {
-	c.watch.mu.Lock()
-	c.watch.seq++
-	c.watch.last = watchEvent{seq: c.watch.seq, deleted: deleted, key: key}
-	c.watch.mu.Unlock()
+	c.mu.Lock()
+	c.watch.last, c.watch.fresh = watchEvent{deleted: deleted, key: key}, true
+	c.mu.Unlock()
 	select {
 	case c.kick <- struct{}{}:
 	default: // a kick is pending already; the loop will read the latest event
@@ -176,10 +174,10 @@ func (c *Claimer) consume(ctx context.Context, w watch.Interface) {
 // since the claimer then polls instead.
 func (c *Claimer) watchFailed(err error) {
 	if fatal(err) {
-		c.watch.mu.Lock()
+		c.mu.Lock()
 		warned := c.watch.warned
 		c.watch.warned = true
-		c.watch.mu.Unlock()
+		c.mu.Unlock()
 		if !warned {
 			c.log.Warn("leader: cannot watch the lease; re-reading it every RetryPeriod instead", "err", err, "retryPeriod", c.cfg.RetryPeriod)
 		}

@@ -39,8 +39,8 @@ type StatusComputer[O, S, P any] interface {
 	// patching: it should ignore what the API server or time changes on its
 	// own (LastTransitionTime, list order), or the reconciler patches objects
 	// every pass. Package conditions has a typed comparison of condition
-	// lists (conditions.Equal, tens of nanoseconds) and a go-cmp based one
-	// (conditions.CmpEqual, tens of microseconds).
+	// lists (conditions.Equal) and a go-cmp based one (conditions.CmpEqual,
+	// hundreds of times slower: docs/performance.md).
 	Equal(current, desired S) bool
 	// Patch builds the patch that turns the object's current status into
 	// desired, by the worker about to send it. The patch must be one the

@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/quietpatch/quietpatch/leader"
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 type tFuncs = ComputerFuncs[*tObj, []metav1.Condition, tPayload]
@@ -73,19 +73,19 @@ func TestComputerFuncsValidation(t *testing.T) {
 						}
 						continue
 					}
-					var ce *leader.ConfigError
+					var ce *outcome.ConfigError
 					if !errors.As(err, &ce) || ce.Field != "Computer" || !strings.Contains(ce.Reason, "ComputerFuncs."+tc.field) ||
-						!errors.Is(err, leader.ErrInvalidConfig) {
-						t.Errorf("%s: %v, want a *leader.ConfigError for Computer naming ComputerFuncs.%s", part, err, tc.field)
+						!errors.Is(err, outcome.ErrInvalidConfig) {
+						t.Errorf("%s: %v, want a *outcome.ConfigError for Computer naming ComputerFuncs.%s", part, err, tc.field)
 					}
 				}
 			})
 		}
 	}
 	t.Run("nil pointer", func(t *testing.T) {
-		var ce *leader.ConfigError
+		var ce *outcome.ConfigError
 		if _, err := NewReconciler(&fakeSource{}, (*tFuncs)(nil), q, newFakeObserver("me"), Options{}); !errors.As(err, &ce) || ce.Field != "Computer" {
-			t.Errorf("NewReconciler with a nil *ComputerFuncs: %v, want a *leader.ConfigError for Computer", err)
+			t.Errorf("NewReconciler with a nil *ComputerFuncs: %v, want a *outcome.ConfigError for Computer", err)
 		}
 	})
 }

@@ -30,7 +30,8 @@ const (
 
 var dropReasons = []string{dropUnchanged, dropDeleted, dropError, dropNotLeader, dropStaleEpoch, dropClaimEnding, dropReleased, dropShutdown}
 
-// DispatcherStats are a dispatcher's counters, and its limiter's state.
+// DispatcherStats are a dispatcher's counters, and the state of its in-flight
+// limit and Retry-After window.
 type DispatcherStats struct {
 	// Patches counts patch calls by outcome; Dropped keys served without
 	// a call, by reason: unchanged (the status was right by then: every
@@ -83,15 +84,19 @@ type Dispatcher[O, S, P any] struct {
 	leader  leader.Observer
 	writer  WriteClaim // without the epoch
 	opts    Options
-	lim     *limiter
+	gate    gate   // calls in flight, sized by ctl
+	window  window // Retry-After windows
+	fence   fence  // calls scoped to the claim
+	mu      sync.Mutex
+	ctl     control // the in-flight limit and the latency estimate; guarded by mu
 	inst    *dispatchInstruments
-	life    lifecycle
+	life    outcome.Lifecycle
 	stop    chan struct{} // closed when Run's ctx ends
 
-	patches    sync.Map // outcome.Outcome → *atomic.Int64
-	dropped    sync.Map // reason → *atomic.Int64
+	patches    outcome.Counters[outcome.Outcome]
+	dropped    outcome.Counters[string] // by reason (dropReasons)
 	unanswered atomic.Int64
-	lastWarn   sync.Map // outcome.Outcome → *atomic.Int64 (unix nanos)
+	lastWarn   map[outcome.Outcome]*atomic.Int64 // unix nanos of the last warning, by outcome
 }
 
 // NewDispatcher returns a dispatcher of q's keys, whose objects it gets
@@ -104,13 +109,13 @@ type Dispatcher[O, S, P any] struct {
 // Identity, the Lease if l has a Config() leader.Config method (as
 // *leader.Claimer has), and the epoch of the claim; a patcher that names
 // the writer in its field manager and cannot (see [CheckFieldManager]) is
-// rejected here, with a *leader.ConfigError.
+// rejected here, with a *outcome.ConfigError.
 func NewDispatcher[O, S, P any](q *PatchQueue[types.NamespacedName], src Source[O], comp StatusComputer[O, S, P], patcher Patcher[P], l leader.Observer, opts Options) (*Dispatcher[O, S, P], error) {
 	if err := checkParts(src, comp, q, l); err != nil {
 		return nil, err
 	}
 	if patcher == nil {
-		return nil, &leader.ConfigError{Field: "Patcher", Reason: "must not be nil"}
+		return nil, &outcome.ConfigError{Field: "Patcher", Reason: "must not be nil"}
 	}
 	writer := WriteClaim{Identity: l.Identity()}
 	if c, ok := l.(interface{ Config() leader.Config }); ok {
@@ -127,11 +132,13 @@ func NewDispatcher[O, S, P any](q *PatchQueue[types.NamespacedName], src Source[
 	if size == 0 {
 		size = opts.MaxInFlight
 	}
-	lim, err := newLimiter(opts.Clock, opts.Workers == 0, size)
-	if err != nil {
-		return nil, err
+	d := &Dispatcher[O, S, P]{queue: q, src: src, comp: comp, patcher: patcher, leader: l, writer: writer, opts: opts, stop: make(chan struct{}),
+		ctl:     newControl(opts.Clock.Now(), opts.Workers == 0, size),
+		patches: outcome.NewCounters(outcome.All()...), dropped: outcome.NewCounters(dropReasons...), lastWarn: map[outcome.Outcome]*atomic.Int64{}}
+	for _, o := range []outcome.Outcome{outcome.Forbidden, outcome.Unauthorized, outcome.Invalid, outcome.Abandoned, outcome.Timeout, outcome.Error} {
+		d.lastWarn[o] = new(atomic.Int64) // the outcomes warned about, at most once a minute each
 	}
-	d := &Dispatcher[O, S, P]{queue: q, src: src, comp: comp, patcher: patcher, leader: l, writer: writer, opts: opts, lim: lim, stop: make(chan struct{})}
+	d.gate.setSize(d.ctl.size())
 	if d.inst, err = newDispatchInstruments(opts, d.Stats); err != nil {
 		return nil, err
 	}
@@ -144,12 +151,12 @@ func NewDispatcher[O, S, P any](q *PatchQueue[types.NamespacedName], src Source[
 }
 
 // Run serves the queue until ctx ends or the queue is closed and drained,
-// and returns nil; a second call returns leader.ErrAlreadyStarted. On
+// and returns nil; a second call returns outcome.ErrAlreadyStarted. On
 // ctx's end no new call starts, the calls in flight run to their answer
 // (at most twice PatchTimeout is waited for a Patcher that ignores its
 // context), and the keys still queued are dropped (reason shutdown).
 func (d *Dispatcher[O, S, P]) Run(ctx context.Context) error {
-	if err := d.life.start(); err != nil {
+	if err := d.life.Start(); err != nil {
 		return err
 	}
 	changes, unsubscribe := d.leader.Subscribe()
@@ -158,11 +165,11 @@ func (d *Dispatcher[O, S, P]) Run(ctx context.Context) error {
 		defer close(watchDone)
 		for {
 			select {
-			case c, ok := <-changes:
+			case _, ok := <-changes:
 				if !ok {
 					return
 				}
-				d.lim.observe(c, c.IsCurrentFor(d.leader.Identity(), d.opts.Clock.Now()))
+				d.fence.observe(d.claim)
 			case <-stopWatch: // an Observer need not close the channel
 				return
 			}
@@ -171,7 +178,12 @@ func (d *Dispatcher[O, S, P]) Run(ctx context.Context) error {
 	var calls sync.WaitGroup
 	reason := "queue closed and drained"
 	for {
-		if d.lim.acquire(ctx) != nil {
+		if d.gate.acquire(ctx) != nil {
+			break
+		}
+		// A permit held, no key is taken inside a Retry-After window.
+		if d.window.wait(ctx, d.opts.Clock) != nil {
+			d.gate.release()
 			break
 		}
 		key, err := d.queue.Get(ctx)
@@ -180,7 +192,7 @@ func (d *Dispatcher[O, S, P]) Run(ctx context.Context) error {
 				d.drop(key, dropShutdown, nil)
 				d.queue.Done(key)
 			}
-			d.lim.release()
+			d.gate.release()
 			break
 		}
 		calls.Go(func() {
@@ -199,7 +211,7 @@ func (d *Dispatcher[O, S, P]) Run(ctx context.Context) error {
 	unsubscribe()
 	close(stopWatch)
 	<-watchDone
-	d.life.stop("dispatcher", reason)
+	stopped(&d.life, "dispatcher", reason)
 	d.opts.Logger.Info("statuspatch: dispatcher stopped", slog.String("reason", reason))
 	return nil
 }
@@ -232,85 +244,40 @@ func (d *Dispatcher[O, S, P]) dropQueued() {
 	}
 }
 
-// serve sends the patch key needs, if any, with a permit held; it gives
-// the permit back.
-func (d *Dispatcher[O, S, P]) serve(key types.NamespacedName) {
-	for {
-		select {
-		case <-d.stop:
-			d.dropReleasing(key, dropShutdown, nil)
-			return
-		default:
-		}
-		now := d.opts.Clock.Now()
-		claim := d.leader.Current()
-		if !claim.IsCurrentFor(d.leader.Identity(), now) {
-			d.dropReleasing(key, dropNotLeader, nil)
-			return
-		}
-		left := claim.Remaining(now)
-		if left < d.claimMargin() {
-			d.dropReleasing(key, dropClaimEnding, nil)
-			return
-		}
-		payload, reason, err := d.build(key)
-		if reason != "" {
-			d.dropReleasing(key, reason, err)
-			return
-		}
-		c, wait, reason := d.lim.begin(claim.Epoch, d.opts.Clock.Now())
-		if reason != "" {
-			d.dropReleasing(key, reason, nil)
-			return
-		}
-		if wait > 0 { // a Retry-After window opened since the permit was granted
-			t := d.opts.Clock.NewTimer(wait)
-			select {
-			case <-t.C():
-				continue // build again from the cache as it is then
-			case <-d.stop:
-				t.Stop()
-				d.dropReleasing(key, dropShutdown, nil)
-				return
-			}
-		}
-		d.call(key, c, payload, min(d.opts.PatchTimeout, left))
-		return
-	}
+// Quiesce implements [leader.Writer]: from now on no call starts under
+// epoch (keys served are dropped, reason released); the calls in flight
+// are not cancelled. It waits until none is in flight, or ctx ends, and
+// reports whether every call made under epoch got an answer that settles
+// it ([outcome.Answered]).
+func (d *Dispatcher[O, S, P]) Quiesce(ctx context.Context, epoch int64) bool {
+	return d.fence.quiesce(ctx, epoch)
 }
 
-// build gets the object and builds its patch, or says why there is none.
-func (d *Dispatcher[O, S, P]) build(key types.NamespacedName) (payload P, reason string, err error) {
-	stage := "Source.Get"
-	defer func() {
-		if v := recover(); v != nil {
-			reason, err = dropError, fmt.Errorf("%s panicked: %v", stage, v)
+// Stats returns the dispatcher's counters.
+func (d *Dispatcher[O, S, P]) Stats() DispatcherStats {
+	now, ctl := d.opts.Clock.Now(), d.control()
+	inFlight, _ := d.fence.state()
+	backoff, opened := d.window.leftAt(now)
+	return DispatcherStats{Patches: d.patches.Snapshot(), Dropped: d.dropped.Snapshot(),
+		InFlight: inFlight, Unanswered: d.unanswered.Load(), Limit: ctl.size(),
+		Latency: time.Duration(ctl.latencyAt(now) * float64(time.Second)), DrainRate: ctl.drainRateAt(now),
+		Backoff: backoff, RetryAfters: opened}
+}
+
+// Healthy returns nil while Run serves the queue; an error wrapping
+// [ErrNotRunning] before and after; an error when a patch call has run for
+// more than twice PatchTimeout (a Patcher that ignores its context).
+func (d *Dispatcher[O, S, P]) Healthy() error {
+	if err := healthy(&d.life); err != nil {
+		return err
+	}
+	if _, from := d.fence.state(); from != 0 {
+		if stuck := time.Duration(d.opts.Clock.Now().UnixNano() - from); stuck > 2*d.opts.PatchTimeout {
+			return fmt.Errorf("statuspatch: a patch call has been stuck for %s (PatchTimeout %s): the Patcher does not return when its context ends",
+				stuck, d.opts.PatchTimeout)
 		}
-	}()
-	obj, found, err := d.src.Get(key)
-	switch {
-	case err != nil:
-		return payload, dropError, err
-	case !found:
-		return payload, dropDeleted, nil
 	}
-	stage = "StatusComputer"
-	current := d.comp.Current(obj)
-	desired, err := d.comp.Desired(obj)
-	if err != nil {
-		return payload, dropError, fmt.Errorf("desired status: %w", err)
-	}
-	if d.comp.Equal(current, desired) {
-		return payload, dropUnchanged, nil
-	}
-	if payload, err = d.comp.Patch(obj, desired); err != nil {
-		return payload, dropError, fmt.Errorf("build patch: %w", err)
-	}
-	if d.opts.Logger.Enabled(context.Background(), slog.LevelDebug) {
-		d.opts.Logger.Debug("statuspatch: sending patch", slog.String("key", key.String()),
-			slog.String("diff", safeDiff(current, desired, d.opts.DiffOptions)))
-	}
-	return payload, "", nil
+	return nil
 }
 
 // call makes one patch call, under the claim of c's epoch, and accounts
@@ -336,92 +303,19 @@ func (d *Dispatcher[O, S, P]) call(key types.NamespacedName, c call, payload P, 
 	if !answered {
 		d.unanswered.Add(1)
 	}
-	d.lim.end(c, elapsed, err, answered)
-	counter(&d.patches, o).Add(1)
+	d.end(c, elapsed, err, answered)
+	d.patches.Add(o)
 	d.inst.call(o, elapsed)
 	if err == nil {
 		return
 	}
 	level := slog.LevelDebug
-	switch o {
-	case outcome.Forbidden, outcome.Unauthorized, outcome.Invalid, outcome.Abandoned, outcome.Timeout, outcome.Error:
-		last := counter(&d.lastWarn, o)
-		prev := last.Load()
-		if start.UnixNano()-prev >= int64(time.Minute) && last.CompareAndSwap(prev, start.UnixNano()) {
+	if last := d.lastWarn[o]; last != nil {
+		if prev := last.Load(); start.UnixNano()-prev >= int64(time.Minute) && last.CompareAndSwap(prev, start.UnixNano()) {
 			level = slog.LevelWarn
 		}
 	}
 	d.opts.Logger.Log(context.Background(), level, "statuspatch: patch failed; not retried, the next pass recomputes it",
 		slog.String("key", key.String()), slog.String("outcome", string(o)),
 		slog.Duration("elapsed", elapsed), slog.Duration("deadline", timeout), slog.Any("error", err))
-}
-
-// counter returns the counter of k in m.
-func counter[K comparable](m *sync.Map, k K) *atomic.Int64 {
-	if c, ok := m.Load(k); ok {
-		return c.(*atomic.Int64)
-	}
-	c, _ := m.LoadOrStore(k, new(atomic.Int64))
-	return c.(*atomic.Int64)
-}
-
-func (d *Dispatcher[O, S, P]) dropReleasing(key types.NamespacedName, reason string, err error) {
-	d.drop(key, reason, err)
-	d.lim.release()
-}
-
-// drop counts and logs a key served without a call.
-func (d *Dispatcher[O, S, P]) drop(key types.NamespacedName, reason string, err error) {
-	counter(&d.dropped, reason).Add(1)
-	if d.opts.Logger.Enabled(context.Background(), slog.LevelDebug) {
-		d.opts.Logger.Debug("statuspatch: no patch sent", slog.String("key", key.String()),
-			slog.String("reason", string(reason)), slog.Any("error", err))
-	}
-}
-
-// claimMargin is Options.ClaimMargin, or twice the latency estimate within
-// [minClaimMargin, PatchTimeout/2].
-func (d *Dispatcher[O, S, P]) claimMargin() time.Duration {
-	if d.opts.ClaimMargin > 0 {
-		return d.opts.ClaimMargin
-	}
-	est := time.Duration(2 * d.lim.lastEstimate() * float64(time.Second))
-	return min(max(minClaimMargin, est), d.opts.PatchTimeout/2)
-}
-
-// Quiesce implements [leader.Writer]: from now on no call starts under
-// epoch (keys served are dropped, reason released); the calls in flight
-// are not cancelled. It waits until none is in flight, or ctx ends, and
-// reports whether every call made under epoch got an answer that settles
-// it ([outcome.Answered]).
-func (d *Dispatcher[O, S, P]) Quiesce(ctx context.Context, epoch int64) bool {
-	return d.lim.quiesce(ctx, epoch)
-}
-
-// Stats returns the dispatcher's counters.
-func (d *Dispatcher[O, S, P]) Stats() DispatcherStats {
-	st := d.lim.stateAt(d.opts.Clock.Now())
-	s := DispatcherStats{Patches: map[outcome.Outcome]int64{}, Dropped: map[string]int64{},
-		InFlight: st.calls, Unanswered: d.unanswered.Load(), Limit: st.limit,
-		Latency: time.Duration(st.latency * float64(time.Second)), DrainRate: st.drainRate,
-		Backoff: st.backoff, RetryAfters: st.retryAfters}
-	d.patches.Range(func(k, v any) bool { s.Patches[k.(outcome.Outcome)] = v.(*atomic.Int64).Load(); return true })
-	d.dropped.Range(func(k, v any) bool { s.Dropped[k.(string)] = v.(*atomic.Int64).Load(); return true })
-	return s
-}
-
-// Healthy returns nil while Run serves the queue; an error wrapping
-// [ErrNotRunning] before and after; an error when a patch call has run for
-// more than twice PatchTimeout (a Patcher that ignores its context).
-func (d *Dispatcher[O, S, P]) Healthy() error {
-	if err := d.life.healthy(); err != nil {
-		return err
-	}
-	if from := d.lim.oldestCall(); from != 0 {
-		if stuck := time.Duration(d.opts.Clock.Now().UnixNano() - from); stuck > 2*d.opts.PatchTimeout {
-			return fmt.Errorf("statuspatch: a patch call has been stuck for %s (PatchTimeout %s): the Patcher does not return when its context ends",
-				stuck, d.opts.PatchTimeout)
-		}
-	}
-	return nil
 }

@@ -138,16 +138,14 @@ func (r *drig) dropped(t *testing.T, reason string) int64 {
 
 // acquireWaiters is the number of goroutines waiting for a permit.
 func (r *drig) acquireWaiters() int {
-	r.d.lim.mu.Lock()
-	defer r.d.lim.mu.Unlock()
-	return len(r.d.lim.waiters)
+	return r.d.gate.waiting()
 }
 
-// quiesced reports whether epoch is quiesced in the limiter.
+// quiesced reports whether epoch is quiesced in the fence.
 func (r *drig) quiesced(epoch int64) bool {
-	r.d.lim.mu.Lock()
-	defer r.d.lim.mu.Unlock()
-	return r.d.lim.cur != nil && r.d.lim.cur.epoch == epoch && r.d.lim.cur.quiesced
+	r.d.fence.mu.Lock()
+	defer r.d.fence.mu.Unlock()
+	return r.d.fence.cur != nil && r.d.fence.cur.epoch == epoch && r.d.fence.cur.quiesced
 }
 
 // idle reports whether every key was served and done.
@@ -448,6 +446,40 @@ func TestDispatchCancelsCallsWhenTheClaimEnds(t *testing.T) {
 }
 
 // A renewal of the same claim (same epoch, later expiry) cancels nothing.
+// A notification that lags behind the claim — here an older claim, not
+// ours, delivered after a call began under the current one — does not end
+// the current claim's calls: the fence reads the claim when it is told.
+// (It did: a shard's dispatcher then dropped every key, not_leader, for
+// the rest of an epoch it held.)
+func TestDispatchLaggingNotificationDoesNotEndTheClaim(t *testing.T) {
+	r := newDrig(t, withWorkers(1))
+	r.lead(2)
+	inCall, release := make(chan context.Context, 1), make(chan struct{})
+	r.pat.fn = func(ctx context.Context, p tPayload) error {
+		if p.Key == "ns/a" {
+			inCall <- ctx
+			<-release
+		}
+		return nil
+	}
+	r.add(t, "a")
+	r.start(t)
+	ctx := <-inCall
+	r.obs.notifyOnly(leader.Claim{Holder: "other", Epoch: 1, Expiry: r.clock.Now().Add(time.Minute)})
+	waitFor(t, "the notification taken", func() bool { return r.obs.pendingClaims() == 0 })
+	r.obs.notifyOnly(r.obs.Current()) // a second one: the first was handled once this one is taken
+	waitFor(t, "the notification taken", func() bool { return r.obs.pendingClaims() == 0 })
+	if ctx.Err() != nil {
+		t.Error("the call of the current claim was cancelled by a lagging notification")
+	}
+	close(release)
+	r.add(t, "b")
+	waitFor(t, "b patched", func() bool { return r.outcome(t, outcome.OK) == 2 })
+	if n := r.dropped(t, dropNotLeader); n != 0 {
+		t.Errorf("%d keys dropped not_leader under the current claim", n)
+	}
+}
+
 func TestDispatchRenewalDoesNotCancel(t *testing.T) {
 	r := newDrig(t, withWorkers(1))
 	r.lead(3)
@@ -714,10 +746,11 @@ func TestDispatchRetryAfterHoldsEveryWorker(t *testing.T) {
 	}
 	close(built.open)
 	// Whoever must act when the window ends waits on the clock: the three
-	// workers about to call, and Run waiting for a permit.
+	// workers about to call, and Run, holding the permit the 429 gave
+	// back, before it takes another key.
 	// (Or calls begin: the failure this test is about.)
 	waitFor(t, "the workers and Run to wait for the window", func() bool {
-		return r.clock.Waiters() == 3+r.acquireWaiters() || r.pat.calls.Load() > 1
+		return r.clock.Waiters() == 4 || r.pat.calls.Load() > 1
 	})
 	r.clock.Step(999 * time.Millisecond)
 	if n := r.pat.calls.Load(); n != 1 {
@@ -887,7 +920,7 @@ func TestDispatchDrainsClosedQueue(t *testing.T) {
 	if err := r.d.Healthy(); !errors.Is(err, ErrNotRunning) || !strings.Contains(err.Error(), "drained") {
 		t.Errorf("Healthy = %v, want ErrNotRunning saying the queue was drained", err)
 	}
-	if err := r.d.Run(context.Background()); !errors.Is(err, leader.ErrAlreadyStarted) {
+	if err := r.d.Run(context.Background()); !errors.Is(err, outcome.ErrAlreadyStarted) {
 		t.Errorf("second Run = %v, want ErrAlreadyStarted", err)
 	}
 }
@@ -1141,15 +1174,15 @@ func TestNewDispatcherValidation(t *testing.T) {
 				if err != nil {
 					t.Fatalf("err = %v, want nil", err)
 				}
-				if d.opts.PatchTimeout != DefaultPatchTimeout || !d.lim.adaptive || d.lim.max != DefaultMaxInFlight {
+				if d.opts.PatchTimeout != DefaultPatchTimeout || !d.ctl.adaptive || d.ctl.max != DefaultMaxInFlight {
 					t.Errorf("defaults: timeout %s adaptive %v max %v, want %s, adaptive, %d",
-						d.opts.PatchTimeout, d.lim.adaptive, d.lim.max, DefaultPatchTimeout, DefaultMaxInFlight)
+						d.opts.PatchTimeout, d.ctl.adaptive, d.ctl.max, DefaultPatchTimeout, DefaultMaxInFlight)
 				}
 				return
 			}
-			var ce *leader.ConfigError
-			if !errors.As(err, &ce) || ce.Field != c.wantField || !errors.Is(err, leader.ErrInvalidConfig) {
-				t.Errorf("err = %v, want a *leader.ConfigError for %s wrapping ErrInvalidConfig", err, c.wantField)
+			var ce *outcome.ConfigError
+			if !errors.As(err, &ce) || ce.Field != c.wantField || !errors.Is(err, outcome.ErrInvalidConfig) {
+				t.Errorf("err = %v, want a *outcome.ConfigError for %s wrapping ErrInvalidConfig", err, c.wantField)
 			}
 		})
 	}

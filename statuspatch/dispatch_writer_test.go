@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/quietpatch/quietpatch/leader"
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 // configObserver is a fakeObserver that tells its Lease, as
@@ -79,7 +80,7 @@ func TestNewDispatcherRejectsAWriterThePatcherCannotName(t *testing.T) {
 		"no Lease to name": r.obs,
 	} {
 		_, err := NewDispatcher(q, r.src, r.comp, &namingPatcher{}, obs, Options{})
-		var ce *leader.ConfigError
+		var ce *outcome.ConfigError
 		if !errors.As(err, &ce) {
 			t.Errorf("%s: NewDispatcher = %v, want a ConfigError", name, err)
 		}

@@ -54,8 +54,10 @@
 // every replica.
 //
 // The parts share one [Options]: the pipeline's name, clock, logger and
-// meter, and the few numbers that size it; every field has a default.
-// Errors for an invalid configuration are *leader.ConfigError naming the
+// meter, and the few numbers that size it; every field has a default, and
+// the zero Options is valid. Every part is safe for concurrent use; each
+// Run runs once.
+// Errors for an invalid configuration are *outcome.ConfigError naming the
 // field. Figures (queue operation costs against client-go's workqueue, the
 // adaptive in-flight limit against fixed settings, a fresh change during a
 // storm) are in docs/performance.md.

@@ -2,16 +2,13 @@ package statuspatch
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
 	"k8s.io/utils/clock"
 
 	"github.com/quietpatch/quietpatch/ewma"
-	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
@@ -26,70 +23,16 @@ const (
 // depthTau is the time constant of the queue depth's Peak-EWMA.
 const depthTau = 10 * time.Second
 
-// instruments creates the instruments of one part: counters and gauges
-// are observable (read from the part's own counters at collection), so
-// they cost nothing per key; histograms are recorded per call or pass.
-type instruments struct {
-	m     metric.Meter
-	name  attribute.KeyValue
-	insts []metric.Observable
-	err   error
+// newInstruments returns the instruments of a part of the pipeline, nil
+// without a meter.
+func newInstruments(o Options) *outcome.Instruments {
+	return outcome.NewInstruments(o.Meter, attribute.String(pipelineAttr, o.Name))
 }
 
-func newInstruments(o Options) *instruments {
-	if o.Meter == nil {
-		return nil
-	}
-	if _, ok := o.Meter.(noop.Meter); ok {
-		return nil
-	}
-	return &instruments{m: o.Meter, name: attribute.String(pipelineAttr, o.Name)}
-}
-
-// set returns the attribute set of the pipeline plus kv.
-func (in *instruments) set(kv ...attribute.KeyValue) metric.MeasurementOption {
-	return metric.WithAttributeSet(attribute.NewSet(append([]attribute.KeyValue{in.name}, kv...)...))
-}
-
-func (in *instruments) counter(name, unit, desc string) metric.Int64ObservableCounter {
-	c, err := in.m.Int64ObservableCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
-	in.add(c, err)
-	return c
-}
-
-func (in *instruments) gauge(name, unit, desc string) metric.Int64ObservableGauge {
-	g, err := in.m.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
-	in.add(g, err)
-	return g
-}
-
-func (in *instruments) fgauge(name, unit, desc string) metric.Float64ObservableGauge {
-	g, err := in.m.Float64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
-	in.add(g, err)
-	return g
-}
-
-func (in *instruments) histogram(name, desc string, buckets ...float64) metric.Float64Histogram {
-	h, err := in.m.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc), metric.WithExplicitBucketBoundaries(buckets...))
-	in.err = errors.Join(in.err, err)
-	return h
-}
-
-func (in *instruments) add(o metric.Observable, err error) {
-	in.err = errors.Join(in.err, err)
-	in.insts = append(in.insts, o)
-}
-
-// register registers f as the callback of every observable created.
-func (in *instruments) register(f metric.Callback) error {
-	err := in.err
-	if err == nil {
-		_, err = in.m.RegisterCallback(f, in.insts...)
-	}
-	if err != nil {
-		return &leader.ConfigError{Field: "Meter", Reason: "cannot create the instruments: " + err.Error()}
-	}
-	return nil
+// register registers f as the callback of in's observable instruments.
+func register(in *outcome.Instruments, f metric.Callback) error {
+	_, err := in.Register(f)
+	return err
 }
 
 var (
@@ -117,18 +60,18 @@ func newQueueInstruments[K comparable](o Options, q *PatchQueue[K]) (*queueInstr
 	if err != nil {
 		return nil, err
 	}
-	qi := &queueInstruments{clock: o.Clock, peak: peak, opts: in.set()}
+	qi := &queueInstruments{clock: o.Clock, peak: peak, opts: in.Set()}
 	qi.rec = []metric.RecordOption{qi.opts}
-	qi.wait = in.histogram("quietpatch.queue.wait", "Time a key waited in the queue: from its first add to its delivery.", waitBuckets...)
-	enq := in.counter("quietpatch.queue.enqueued", "{key}", "Keys added, including those that were waiting already (superseded).")
-	deq := in.counter("quietpatch.queue.dequeued", "{key}", "Keys delivered to a worker.")
-	sup := in.counter("quietpatch.queue.superseded", "{key}", "Keys added while they were waiting already: coalesced, no slot taken.")
-	drop := in.counter("quietpatch.queue.dropped", "{key}", "Adds and reservations refused, by reason: full, closed.")
-	depth := in.gauge("quietpatch.queue.depth", "{key}", "Keys waiting in the queue.")
-	peakG := in.fgauge("quietpatch.queue.depth.peak_ewma", "{key}", "Peak-EWMA of the keys waiting: jumps to every peak, decays with a 10 s time constant.")
-	capG := in.gauge("quietpatch.queue.capacity", "{key}", "Capacity of each lane of the queue.")
-	full, closed := in.set(attribute.String(reasonAttr, "full")), in.set(attribute.String(reasonAttr, "closed"))
-	err = in.register(func(_ context.Context, ob metric.Observer) error {
+	qi.wait = in.Histogram("quietpatch.queue.wait", "Time a key waited in the queue: from its first add to its delivery.", waitBuckets...)
+	enq := in.Counter("quietpatch.queue.enqueued", "{key}", "Keys added, including those that were waiting already (superseded).")
+	deq := in.Counter("quietpatch.queue.dequeued", "{key}", "Keys delivered to a worker.")
+	sup := in.Counter("quietpatch.queue.superseded", "{key}", "Keys added while they were waiting already: coalesced, no slot taken.")
+	drop := in.Counter("quietpatch.queue.dropped", "{key}", "Adds and reservations refused, by reason: full, closed.")
+	depth := in.Gauge("quietpatch.queue.depth", "{key}", "Keys waiting in the queue.")
+	peakG := in.FloatGauge("quietpatch.queue.depth.peak_ewma", "{key}", "Peak-EWMA of the keys waiting: jumps to every peak, decays with a 10 s time constant.")
+	capG := in.Gauge("quietpatch.queue.capacity", "{key}", "Capacity of each lane of the queue.")
+	full, closed := in.Set(attribute.String(reasonAttr, "full")), in.Set(attribute.String(reasonAttr, "closed"))
+	err = register(in, func(_ context.Context, ob metric.Observer) error {
 		s, c := q.Stats(), q.Cap()
 		ob.ObserveInt64(enq, s.Enqueued, qi.opts)
 		ob.ObserveInt64(deq, s.Dequeued, qi.opts)
@@ -158,29 +101,29 @@ func (qi *queueInstruments) waited(now, since time.Time) {
 
 // Results of a pass, the values of the result attribute of
 // quietpatch.reconcile.passes.
-var passResults = []string{"completed", "halted", "not_leader", "error", "canceled", "closed"}
+const (
+	passCompleted = "completed"
+	passHalted    = "halted"
+	passNotLeader = "not_leader"
+	passError     = "error"
+	passCanceled  = "canceled"
+	passClosed    = "closed"
+)
+
+var passResults = []string{passCompleted, passHalted, passNotLeader, passError, passCanceled, passClosed}
 
 // Results of an object in a pass, of quietpatch.reconcile.objects.
-var objResults = []string{"unchanged", "changed", "error"}
-
 const (
-	passCompleted = iota
-	passHalted
-	passNotLeader
-	passError
-	passCanceled
-	passClosed
+	objUnchanged = "unchanged"
+	objChanged   = "changed"
+	objError     = "error"
 )
 
-const (
-	objUnchanged = iota
-	objChanged
-	objError
-)
+var objResults = []string{objUnchanged, objChanged, objError}
 
 type reconcileInstruments struct {
 	duration metric.Float64Histogram
-	opts     []metric.RecordOption
+	opts     map[string]metric.RecordOption
 }
 
 func newReconcileInstruments(o Options, stats func() ReconcilerStats) (*reconcileInstruments, error) {
@@ -188,34 +131,33 @@ func newReconcileInstruments(o Options, stats func() ReconcilerStats) (*reconcil
 	if in == nil {
 		return nil, nil
 	}
-	ri := &reconcileInstruments{duration: in.histogram("quietpatch.reconcile.duration", "Duration of reconcile passes, by result.", passBuckets...)}
-	passes := in.counter("quietpatch.reconcile.passes", "{pass}", "Reconcile passes, by result: completed, halted (a lane at capacity), not_leader, error (listing failed), canceled, closed (queue closed).")
-	objects := in.counter("quietpatch.reconcile.objects", "{object}", "Objects compared by passes, by result: unchanged, changed (key queued), error.")
-	halted := in.counter("quietpatch.reconcile.halted", "{pass}", "Passes halted because the pass lane was at capacity.")
-	passSets := make([]metric.MeasurementOption, len(passResults))
-	for i, r := range passResults {
-		passSets[i] = in.set(attribute.String(resultAttr, r))
-		ri.opts = append(ri.opts, passSets[i])
+	ri := &reconcileInstruments{opts: map[string]metric.RecordOption{}, duration: in.Histogram("quietpatch.reconcile.duration", "Duration of reconcile passes, by result.", passBuckets...)}
+	passes := in.Counter("quietpatch.reconcile.passes", "{pass}", "Reconcile passes, by result: completed, halted (a lane at capacity), not_leader, error (listing failed), canceled, closed (queue closed).")
+	objects := in.Counter("quietpatch.reconcile.objects", "{object}", "Objects compared by passes, by result: unchanged, changed (key queued), error.")
+	halted := in.Counter("quietpatch.reconcile.halted", "{pass}", "Passes halted because the pass lane was at capacity.")
+	passSets, objSets := map[string]metric.MeasurementOption{}, map[string]metric.MeasurementOption{}
+	for _, r := range passResults {
+		passSets[r] = in.Set(attribute.String(resultAttr, r))
+		ri.opts[r] = passSets[r]
 	}
-	objSets := make([]metric.MeasurementOption, len(objResults))
-	for i, r := range objResults {
-		objSets[i] = in.set(attribute.String(resultAttr, r))
+	for _, r := range objResults {
+		objSets[r] = in.Set(attribute.String(resultAttr, r))
 	}
-	plain := in.set()
-	return ri, in.register(func(_ context.Context, ob metric.Observer) error {
+	plain := in.Set()
+	return ri, register(in, func(_ context.Context, ob metric.Observer) error {
 		s := stats()
-		for i, r := range passResults {
-			ob.ObserveInt64(passes, s.Passes[r], passSets[i])
+		for r, set := range passSets {
+			ob.ObserveInt64(passes, s.Passes[r], set)
 		}
-		for i, r := range objResults {
-			ob.ObserveInt64(objects, s.Objects[r], objSets[i])
+		for r, set := range objSets {
+			ob.ObserveInt64(objects, s.Objects[r], set)
 		}
 		ob.ObserveInt64(halted, s.Halted, plain)
 		return nil
 	})
 }
 
-func (ri *reconcileInstruments) pass(result int, d time.Duration) {
+func (ri *reconcileInstruments) pass(result string, d time.Duration) {
 	if ri != nil {
 		ri.duration.Record(context.Background(), d.Seconds(), ri.opts[result])
 	}
@@ -232,25 +174,25 @@ func newDispatchInstruments(o Options, stats func() DispatcherStats) (*dispatchI
 		return nil, nil
 	}
 	di := &dispatchInstruments{opts: map[outcome.Outcome]metric.RecordOption{},
-		duration: in.histogram("quietpatch.dispatch.duration", "Duration of status patch calls, by outcome.", callBuckets...)}
-	patches := in.counter("quietpatch.dispatch.patches", "{patch}", "Status patch calls, by outcome.")
-	dropped := in.counter("quietpatch.dispatch.dropped", "{key}", "Keys dequeued and not sent, by reason.")
-	inFlight := in.gauge("quietpatch.dispatch.in_flight", "{patch}", "Status patch calls in progress.")
-	latency := in.fgauge("quietpatch.dispatch.latency.peak_ewma", "s", "Peak-EWMA of the status patch call latency.")
-	limit := in.gauge("quietpatch.dispatch.limit", "{patch}", "Patch calls allowed in flight: fixed, or the adaptive limit.")
-	backoff := in.fgauge("quietpatch.dispatch.backoff", "s", "Time left before any patch call may start, after a 429 with Retry-After.")
-	retry := in.counter("quietpatch.dispatch.retry_after", "{wait}", "Retry-After windows of 429 answers honoured: no call started inside them.")
+		duration: in.Histogram("quietpatch.dispatch.duration", "Duration of status patch calls, by outcome.", callBuckets...)}
+	patches := in.Counter("quietpatch.dispatch.patches", "{patch}", "Status patch calls, by outcome.")
+	dropped := in.Counter("quietpatch.dispatch.dropped", "{key}", "Keys dequeued and not sent, by reason.")
+	inFlight := in.Gauge("quietpatch.dispatch.in_flight", "{patch}", "Status patch calls in progress.")
+	latency := in.FloatGauge("quietpatch.dispatch.latency.peak_ewma", "s", "Peak-EWMA of the status patch call latency.")
+	limit := in.Gauge("quietpatch.dispatch.limit", "{patch}", "Patch calls allowed in flight: fixed, or the adaptive limit.")
+	backoff := in.FloatGauge("quietpatch.dispatch.backoff", "s", "Time left before any patch call may start, after a 429 with Retry-After.")
+	retry := in.Counter("quietpatch.dispatch.retry_after", "{wait}", "Retry-After windows of 429 answers honoured: no call started inside them.")
 	outSets := map[outcome.Outcome]metric.MeasurementOption{}
 	for _, oc := range outcome.All() {
-		outSets[oc] = in.set(attribute.String(outcomeAttr, string(oc)))
+		outSets[oc] = in.Set(attribute.String(outcomeAttr, string(oc)))
 		di.opts[oc] = outSets[oc]
 	}
 	dropSets := map[string]metric.MeasurementOption{}
 	for _, r := range dropReasons {
-		dropSets[r] = in.set(attribute.String(reasonAttr, r))
+		dropSets[r] = in.Set(attribute.String(reasonAttr, r))
 	}
-	plain := in.set()
-	return di, in.register(func(_ context.Context, ob metric.Observer) error {
+	plain := in.Set()
+	return di, register(in, func(_ context.Context, ob metric.Observer) error {
 		s := stats()
 		for oc, set := range outSets {
 			ob.ObserveInt64(patches, s.Patches[oc], set)

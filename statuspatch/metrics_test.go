@@ -25,8 +25,7 @@ import (
 	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
-// docInstrument is one row of the instrument table in the documentation
-// of package quietpatch (../doc.go).
+// docInstrument is one row of the instrument table in docs/metrics.md.
 type docInstrument struct {
 	name, kind, unit, prometheus string
 	attrs                        map[string][]string // attribute → values; nil: any value
@@ -35,12 +34,12 @@ type docInstrument struct {
 // docInstruments parses the rows of the table under the given prefixes.
 func docInstruments(t *testing.T, prefixes ...string) map[string]docInstrument {
 	t.Helper()
-	src, err := os.ReadFile("../doc.go")
+	src, err := os.ReadFile("../docs/metrics.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	row := regexp.MustCompile(`^//\t(quietpatch\.\S+)\s+(counter|gauge|histogram)\s+(\S+)\s+(.+?)\s{2,}(quietpatch_\S+)$`)
-	more := regexp.MustCompile(`^//\t {40,}(\S.*)$`)
+	row := regexp.MustCompile(`^(quietpatch\.\S+)\s+(counter|gauge|histogram)\s+(\S+)\s+(.+?)\s{2,}(quietpatch_\S+)$`)
+	more := regexp.MustCompile(`^ {40,}(\S.*)$`)
 	var rows []*docInstrument
 	attrText := map[*docInstrument]string{}
 	for _, line := range strings.Split(string(src), "\n") {
@@ -87,7 +86,7 @@ func docInstruments(t *testing.T, prefixes ...string) map[string]docInstrument {
 		out[d.name] = *d
 	}
 	if len(out) == 0 {
-		t.Fatal("no instrument found in ../doc.go")
+		t.Fatal("no instrument found in ../docs/metrics.md")
 	}
 	return out
 }
@@ -216,7 +215,7 @@ func TestInstrumentsMatchTheDocTable(t *testing.T) {
 		for _, md := range sm.Metrics {
 			w, ok := doc[md.Name]
 			if !ok {
-				t.Errorf("instrument %s is not in the table of ../doc.go", md.Name)
+				t.Errorf("instrument %s is not in the table of ../docs/metrics.md", md.Name)
 				continue
 			}
 			seen[md.Name] = true
@@ -357,9 +356,9 @@ func TestMeterFailureIsAConfigError(t *testing.T) {
 	_, rerr := NewReconciler(&fakeSource{}, &tComputer{}, q2, obs, opts)
 	_, derr := NewDispatcher(q2, &fakeSource{}, &tComputer{}, &recordingPatcher{}, obs, opts)
 	for part, err := range map[string]error{"NewPatchQueue": qerr, "NewReconciler": rerr, "NewDispatcher": derr} {
-		var ce *leader.ConfigError
+		var ce *outcome.ConfigError
 		if !errors.As(err, &ce) || ce.Field != "Meter" || !strings.Contains(ce.Reason, "no more instruments") {
-			t.Errorf("%s: %v, want a *leader.ConfigError for Meter", part, err)
+			t.Errorf("%s: %v, want a *outcome.ConfigError for Meter", part, err)
 		}
 	}
 	if q != nil {
@@ -380,7 +379,7 @@ func BenchmarkInstrumentsPerCall(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			opts, _ := opts.complete()
-			var d Dispatcher[*tObj, []int, tPayload]
+			d := Dispatcher[*tObj, []int, tPayload]{patches: outcome.NewCounters(outcome.All()...)}
 			var err error
 			if d.inst, err = newDispatchInstruments(opts, d.Stats); err != nil {
 				b.Fatal(err)
@@ -388,7 +387,7 @@ func BenchmarkInstrumentsPerCall(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				d.inst.call(outcome.OK, 5*time.Millisecond)
-				counter(&d.patches, outcome.OK).Add(1)
+				d.patches.Add(outcome.OK)
 			}
 		})
 	}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -12,6 +11,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/quietpatch/quietpatch/leader"
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 // Defaults of [Options]: what a zero field means. They are defined here
@@ -20,7 +20,7 @@ const (
 	// DefaultName is the default Options.Name.
 	DefaultName = "quietpatch"
 	// DefaultCapacity is the default Options.Capacity: keys per lane of
-	// the queue (a key costs about 100 bytes).
+	// the queue.
 	DefaultCapacity = 50_000
 	// DefaultInterval is the default Options.Interval between full passes.
 	DefaultInterval = 10 * time.Second
@@ -38,9 +38,6 @@ const (
 	// start a million calls.
 	MaxInFlightLimit = 1024
 )
-
-// minClaimMargin is MinClaimMargin under the name dispatch.go uses.
-const minClaimMargin = MinClaimMargin
 
 // Errors of the parts.
 var (
@@ -91,18 +88,18 @@ type Options struct {
 	DiffOptions []cmp.Option
 	// Logger receives the parts' records; nil discards.
 	Logger *slog.Logger
-	// Meter creates the instruments listed in the documentation of package
-	// quietpatch; nil creates none (Stats work either way).
+	// Meter creates the instruments listed in docs/metrics.md; nil creates
+	// none (Stats work either way).
 	Meter metric.Meter
 	// Clock is the parts' clock. Default the real clock.
 	Clock clock.WithTicker
 }
 
 // complete checks o and fills in the defaults. Errors are
-// *leader.ConfigError naming the field.
+// *outcome.ConfigError naming the field.
 func (o Options) complete() (Options, error) {
 	bad := func(field, format string, args ...any) (Options, error) {
-		return o, &leader.ConfigError{Field: field, Reason: fmt.Sprintf(format, args...)}
+		return o, &outcome.ConfigError{Field: field, Reason: fmt.Sprintf(format, args...)}
 	}
 	switch {
 	case o.Capacity < 0:
@@ -146,48 +143,24 @@ func (o Options) complete() (Options, error) {
 // checkLeader validates a leader.Observer argument.
 func checkLeader(l leader.Observer) error {
 	if l == nil || l.Identity() == "" {
-		return &leader.ConfigError{Field: "Leader", Reason: "must be set, with a non-empty Identity()"}
+		return &outcome.ConfigError{Field: "Leader", Reason: "must be set, with a non-empty Identity()"}
 	}
 	return nil
 }
 
-// lifecycle is the Run state every part shares: Run once, Healthy while it
-// runs.
-type lifecycle struct {
-	mu      sync.Mutex
-	started bool
-	running bool
-	why     error
+// stopped records on l that part's Run returned, for reason: Healthy then
+// reports an error wrapping ErrNotRunning.
+func stopped(l *outcome.Lifecycle, part, reason string) {
+	l.Stop(fmt.Errorf("%w: %s stopped: %s", ErrNotRunning, part, reason))
 }
 
-// start marks Run as called; it fails on a second call.
-func (l *lifecycle) start() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.started {
-		return leader.ErrAlreadyStarted
-	}
-	l.started, l.running = true, true
-	return nil
-}
-
-// stop records why Run returned.
-func (l *lifecycle) stop(part, reason string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.running = false
-	l.why = fmt.Errorf("%w: %s stopped: %s", ErrNotRunning, part, reason)
-}
-
-// healthy returns nil while Run runs.
-func (l *lifecycle) healthy() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	switch {
-	case l.running:
+// healthy returns nil while l's Run runs, else why it does not.
+func healthy(l *outcome.Lifecycle) error {
+	switch started, running, why := l.State(); {
+	case running:
 		return nil
-	case l.why != nil:
-		return l.why
+	case started:
+		return why
 	}
 	return fmt.Errorf("%w: Run not called", ErrNotRunning)
 }

@@ -17,7 +17,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
-	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
@@ -232,11 +231,11 @@ func WriteClaimFrom(ctx context.Context) (WriteClaim, bool) {
 // than that, and when w names no Lease or identity.
 func FencedFieldManager(w WriteClaim) (string, error) {
 	if w.LeaseNamespace == "" || w.LeaseName == "" || w.Identity == "" {
-		return "", &leader.ConfigError{Field: "Observer", Reason: "must tell the Lease and the identity of the writer to fence its writes (leader.Claimer does)"}
+		return "", &outcome.ConfigError{Field: "Observer", Reason: "must tell the Lease and the identity of the writer to fence its writes (leader.Claimer does)"}
 	}
 	fm := w.LeaseNamespace + "/" + w.LeaseName + "@" + w.Identity
 	if len(fm) > MaxFieldManager {
-		return "", &leader.ConfigError{Field: "Lease", Reason: fmt.Sprintf("namespace %q, name %q and identity %q make a fenced field manager of %d characters, more than the API server's %d: shorten Lease.Namespace, Lease.Name or Lease.Identity",
+		return "", &outcome.ConfigError{Field: "Lease", Reason: fmt.Sprintf("namespace %q, name %q and identity %q make a fenced field manager of %d characters, more than the API server's %d: shorten Lease.Namespace, Lease.Name or Lease.Identity",
 			w.LeaseNamespace, w.LeaseName, w.Identity, len(fm), MaxFieldManager)}
 	}
 	return fm, nil
@@ -269,7 +268,7 @@ type DynamicStatusPatcher struct {
 // [MaxFieldManager] characters.
 func NewStatusPatcher(client rest.Interface, gvr schema.GroupVersionResource, fieldManager string) (*DynamicStatusPatcher, error) {
 	if client == nil || reflect.ValueOf(client).Kind() == reflect.Pointer && reflect.ValueOf(client).IsNil() {
-		return nil, &leader.ConfigError{Field: "client", Reason: "must not be nil"}
+		return nil, &outcome.ConfigError{Field: "client", Reason: "must not be nil"}
 	}
 	if err := checkPatcher(gvr, fieldManager); err != nil {
 		return nil, err
@@ -286,7 +285,7 @@ func NewStatusPatcher(client rest.Interface, gvr schema.GroupVersionResource, fi
 // fieldManager is as for [NewStatusPatcher].
 func NewStatusPatcherForConfig(cfg *rest.Config, gvr schema.GroupVersionResource, fieldManager string) (*DynamicStatusPatcher, error) {
 	if cfg == nil {
-		return nil, &leader.ConfigError{Field: "cfg", Reason: "must not be nil"}
+		return nil, &outcome.ConfigError{Field: "cfg", Reason: "must not be nil"}
 	}
 	if err := checkPatcher(gvr, fieldManager); err != nil {
 		return nil, err
@@ -301,11 +300,11 @@ func NewStatusPatcherForConfig(cfg *rest.Config, gvr schema.GroupVersionResource
 func checkPatcher(gvr schema.GroupVersionResource, fieldManager string) error {
 	switch {
 	case gvr.Resource == "" || gvr.Version == "":
-		return &leader.ConfigError{Field: "gvr", Reason: fmt.Sprintf("needs a version and a resource, got %q", gvr.String())}
+		return &outcome.ConfigError{Field: "gvr", Reason: fmt.Sprintf("needs a version and a resource, got %q", gvr.String())}
 	case fieldManager == "":
-		return &leader.ConfigError{Field: "fieldManager", Reason: "must not be empty"}
+		return &outcome.ConfigError{Field: "fieldManager", Reason: "must not be empty"}
 	case len(fieldManager) > MaxFieldManager:
-		return &leader.ConfigError{Field: "fieldManager", Reason: fmt.Sprintf("must be at most %d characters, got %d", MaxFieldManager, len(fieldManager))}
+		return &outcome.ConfigError{Field: "fieldManager", Reason: fmt.Sprintf("must be at most %d characters, got %d", MaxFieldManager, len(fieldManager))}
 	}
 	return nil
 }

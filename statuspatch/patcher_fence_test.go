@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
@@ -92,7 +91,7 @@ func TestFencedFieldManager(t *testing.T) {
 		{"no namespace", noNamespace, "Observer"},
 	} {
 		_, err := FencedFieldManager(c.w)
-		var ce *leader.ConfigError
+		var ce *outcome.ConfigError
 		if !errors.As(err, &ce) || ce.Field != c.field {
 			t.Errorf("%s: err = %v, want a ConfigError naming %s", c.name, err, c.field)
 		}
@@ -116,7 +115,7 @@ func TestCheckFieldManager(t *testing.T) {
 	if err := CheckFieldManager(p, long); err != nil {
 		t.Errorf("unfenced: %v", err)
 	}
-	if err := CheckFieldManager(fenced, long); !errors.Is(err, leader.ErrInvalidConfig) {
+	if err := CheckFieldManager(fenced, long); !errors.Is(err, outcome.ErrInvalidConfig) {
 		t.Errorf("fenced, too long: %v, want a ConfigError", err)
 	}
 	if err := CheckFieldManager(PatcherFunc[MergePatch](func(context.Context, MergePatch) error { return nil }), long); err != nil {

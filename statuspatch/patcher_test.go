@@ -18,7 +18,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
-	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
@@ -292,7 +291,7 @@ func TestNewStatusPatcherValidation(t *testing.T) {
 	}
 	for _, c := range cases {
 		_, err := NewStatusPatcher(c.client, c.gvr, c.fm)
-		var ce *leader.ConfigError
+		var ce *outcome.ConfigError
 		switch {
 		case c.want == "" && err != nil:
 			t.Errorf("%s: %v", c.name, err)
@@ -361,7 +360,7 @@ func TestStatusPatcherForConfig(t *testing.T) {
 		})
 	}
 	t.Run("bad input", func(t *testing.T) {
-		if _, err := NewStatusPatcherForConfig(nil, routesGVR(), "x"); !errors.Is(err, leader.ErrInvalidConfig) {
+		if _, err := NewStatusPatcherForConfig(nil, routesGVR(), "x"); !errors.Is(err, outcome.ErrInvalidConfig) {
 			t.Errorf("nil config: %v, want a ConfigError", err)
 		}
 		if _, err := NewStatusPatcherForConfig(&rest.Config{}, routesGVR(), ""); err == nil {

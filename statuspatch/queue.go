@@ -17,9 +17,9 @@ const (
 	LanePass
 )
 
-// freshBurst is the starvation bound of the pass lane: while it has keys
-// waiting, at most freshBurst fresh keys are served in a row.
-const freshBurst = 8
+// FreshBurst is the starvation bound of the pass lane: while it has keys
+// waiting, at most FreshBurst fresh keys are served in a row.
+const FreshBurst = 8
 
 // PatchQueue is a bounded queue of keys with client-go workqueue's rules: a
 // key waits at most once (adding it again coalesces), at most one consumer
@@ -27,10 +27,10 @@ const freshBurst = 8
 // and a key added while held is served again after Done.
 //
 // Each [Lane] holds at most Capacity keys, waiting or reserved. Get serves
-// the fresh lane first, but never more than 8 fresh keys in a row while
-// pass keys wait, so a pass key is served within 9 deliveries of reaching
-// the head of its lane. A key added to the fresh lane while it waits in
-// the pass lane moves there, room permitting.
+// the fresh lane first, but never more than [FreshBurst] fresh keys in a
+// row while pass keys wait, so a pass key is served within FreshBurst+1
+// deliveries of reaching the head of its lane. A key added to the fresh
+// lane while it waits in the pass lane moves there, room permitting.
 //
 // No producer ever blocks: [PatchQueue.Add] and [PatchQueue.Reserve] fail
 // at once with [ErrFull] or [ErrClosed], counted as dropped. After
@@ -264,7 +264,7 @@ func (q *PatchQueue[K]) Get(ctx context.Context) (K, error) {
 // nextLocked picks the lane to serve: fresh first, within the burst bound.
 func (q *PatchQueue[K]) nextLocked() (K, waiter, bool) {
 	passWaits := q.lanes[LanePass].live > 0
-	if q.lanes[LaneFresh].live > 0 && (!passWaits || q.burst < freshBurst) {
+	if q.lanes[LaneFresh].live > 0 && (!passWaits || q.burst < FreshBurst) {
 		if passWaits {
 			q.burst++
 		}

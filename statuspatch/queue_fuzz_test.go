@@ -28,7 +28,7 @@ type queueModel struct {
 	waiting  map[string]queueModelWait
 	held     map[string]bool
 	reserved [2]int
-	burst    int // fresh keys served in a row while pass keys waited; at most 8 (the doc's bound, not freshBurst)
+	burst    int // fresh keys served in a row while pass keys waited; at most 8 (the doc's bound, not FreshBurst)
 	permits  []bool
 	rooms    []queueModelRoom
 	stats    QueueStats

@@ -10,8 +10,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch"
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 const (
@@ -610,8 +610,8 @@ func TestNewPatchQueueOptions(t *testing.T) {
 		t.Run(tc.label, func(t *testing.T) {
 			q, err := statuspatch.NewPatchQueue[int](tc.opts)
 			if tc.wantErr != "" {
-				var ce *leader.ConfigError
-				if !errors.As(err, &ce) || ce.Field != tc.wantErr || !errors.Is(err, leader.ErrInvalidConfig) {
+				var ce *outcome.ConfigError
+				if !errors.As(err, &ce) || ce.Field != tc.wantErr || !errors.Is(err, outcome.ErrInvalidConfig) {
 					t.Fatalf("NewPatchQueue error %v, want a ConfigError for %s wrapping ErrInvalidConfig", err, tc.wantErr)
 				}
 				if q != nil {

@@ -1,19 +1,16 @@
 package statuspatch
 
 import (
-	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/quietpatch/quietpatch/leader"
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 // Source gives the pipeline the objects, typically an informer's cache.
@@ -24,9 +21,9 @@ type Source[O any] interface {
 	Get(key types.NamespacedName) (obj O, found bool, err error)
 }
 
-// freshFanout is the most keys one call of [Reconciler.Enqueue] puts in
-// the fresh lane; an event that affects more objects makes a pass.
-const freshFanout = 16
+// FreshFanout is the most keys one call of [Reconciler.Enqueue] puts in
+// the fresh lane: an event that affects more objects makes a pass.
+const FreshFanout = 16
 
 // leaderCheckEvery is how many objects a pass handles between two checks
 // of the claim and the context.
@@ -52,24 +49,16 @@ type Reconciler[O, S, P any] struct {
 	leader leader.Observer
 	opts   Options
 	inst   *reconcileInstruments
-	life   lifecycle
+	life   outcome.Lifecycle
 	kick   chan struct{}
 
-	passes  [6]atomic.Int64
-	objects [3]atomic.Int64
-	halted  atomic.Int64
+	passes  outcome.Counters[string] // by result (passResults)
+	objects outcome.Counters[string] // by result (objResults)
 
 	mu        sync.Mutex // serializes passes; guards the cursor and halt log
 	cursor    types.NamespacedName
 	hasCursor bool
 	halts     haltLog
-}
-
-// haltLog is the state of the halted-pass log.
-type haltLog struct {
-	streak  int       // consecutive halted passes
-	since   time.Time // start of the first of them
-	lastLog time.Time // last record about halts
 }
 
 // PassResult counts what one pass did.
@@ -102,7 +91,8 @@ func NewReconciler[O, S, P any](src Source[O], comp StatusComputer[O, S, P], q *
 	if err != nil {
 		return nil, err
 	}
-	r := &Reconciler[O, S, P]{src: src, comp: comp, queue: q, leader: l, opts: opts, kick: make(chan struct{}, 1)}
+	r := &Reconciler[O, S, P]{src: src, comp: comp, queue: q, leader: l, opts: opts, kick: make(chan struct{}, 1),
+		passes: outcome.NewCounters(passResults...), objects: outcome.NewCounters(objResults...)}
 	if r.inst, err = newReconcileInstruments(opts, r.Stats); err != nil {
 		return nil, err
 	}
@@ -111,7 +101,7 @@ func NewReconciler[O, S, P any](src Source[O], comp StatusComputer[O, S, P], q *
 
 // checkParts names the first missing part.
 func checkParts[O, S, P any](src Source[O], comp StatusComputer[O, S, P], q *PatchQueue[types.NamespacedName], l leader.Observer) error {
-	missing := func(f string) error { return &leader.ConfigError{Field: f, Reason: "must not be nil"} }
+	missing := func(f string) error { return &outcome.ConfigError{Field: f, Reason: "must not be nil"} }
 	switch {
 	case src == nil:
 		return missing("Source")
@@ -131,13 +121,13 @@ func checkParts[O, S, P any](src Source[O], comp StatusComputer[O, S, P], q *Pat
 		err = f.validate()
 	}
 	if err != nil {
-		return &leader.ConfigError{Field: "Computer", Reason: err.Error()}
+		return &outcome.ConfigError{Field: "Computer", Reason: err.Error()}
 	}
 	return checkLeader(l)
 }
 
 // Enqueue asks for the objects with keys to be reconciled soon: the keys
-// of one event. Up to 16 keys go to the fresh lane, served
+// of one event. Up to [FreshFanout] keys go to the fresh lane, served
 // before the passes' keys; more, or a full fresh lane, make a pass
 // instead, which queues only the objects that changed. Nothing is queued
 // while we do not lead (the pass made on gaining the lead covers every
@@ -146,7 +136,7 @@ func (r *Reconciler[O, S, P]) Enqueue(keys ...types.NamespacedName) {
 	if len(keys) == 0 || !r.leader.Current().IsCurrentFor(r.leader.Identity(), r.opts.Clock.Now()) {
 		return
 	}
-	if len(keys) > freshFanout {
+	if len(keys) > FreshFanout {
 		r.Resync()
 		return
 	}
@@ -174,7 +164,7 @@ func (r *Reconciler[O, S, P]) ReconcileAll(ctx context.Context) (PassResult, err
 	defer r.mu.Unlock()
 	start := r.opts.Clock.Now()
 	res, kind, err := r.pass(ctx)
-	r.passes[kind].Add(1)
+	r.passes.Add(kind)
 	r.inst.pass(kind, r.opts.Clock.Since(start))
 	if kind == passHalted || kind == passCompleted {
 		r.logHalts(ctx, res, kind == passHalted, r.opts.Clock.Now())
@@ -187,207 +177,15 @@ func (r *Reconciler[O, S, P]) claim() (leader.Claim, bool) {
 	return c, c.IsCurrentFor(r.leader.Identity(), r.opts.Clock.Now())
 }
 
-// pass does the work of ReconcileAll with r.mu held.
-func (r *Reconciler[O, S, P]) pass(ctx context.Context) (res PassResult, kind int, err error) {
-	claim, ok := r.claim()
-	if !ok {
-		return res, passNotLeader, ErrNotLeader
-	}
-	objs, err := r.src.List()
-	if err != nil {
-		r.opts.Logger.Warn("statuspatch: reconcile pass failed: listing objects", slog.Any("error", err))
-		return res, passError, fmt.Errorf("statuspatch: list objects: %w", err)
-	}
-	res.Objects = len(objs)
-	var (
-		keys     []types.NamespacedName // in objs' order, when resuming
-		firstErr error
-	)
-	first := 0
-	if r.hasCursor && len(objs) > 0 {
-		res.Resumed = true
-		var bad int
-		objs, keys, bad, firstErr = r.sortByKey(objs)
-		res.Visited, res.Errors = bad, bad
-		first, _ = slices.BinarySearchFunc(keys, r.cursor, compareKeys)
-		if first < len(keys) && keys[first] == r.cursor {
-			first++
-		}
-		if first >= len(objs) {
-			first = 0
-		}
-	}
-	kind = passCompleted
-	last := -1
-	for j := range objs {
-		i := (first + j) % len(objs)
-		if j%leaderCheckEvery == leaderCheckEvery-1 {
-			if ctx.Err() != nil {
-				kind, err = passCanceled, ctx.Err()
-				break
-			}
-			if c, ok := r.claim(); !ok || c.Epoch != claim.Epoch {
-				kind, err = passNotLeader, fmt.Errorf("%w: leadership changed during the pass", ErrNotLeader)
-				break
-			}
-		}
-		key, changed, cerr := r.check(objs[i], keys, i)
-		if cerr == nil && changed {
-			if aerr := r.queue.Add(key, LanePass); aerr != nil {
-				kind = passClosed
-				if errors.Is(aerr, ErrFull) {
-					kind, res.Halted = passHalted, true
-					r.halted.Add(1)
-				}
-				err = fmt.Errorf("statuspatch: reconcile pass stopped at object %d of %d: %w", j+1, len(objs), aerr)
-				break
-			}
-		}
-		switch {
-		case cerr != nil:
-			res.Errors++
-			r.objects[objError].Add(1)
-			if firstErr == nil {
-				if keys == nil { // check names changed objects only
-					key, _ = r.key(objs[i])
-				}
-				firstErr = fmt.Errorf("%s: %w", key, cerr)
-			}
-		case changed:
-			res.Changed++
-			r.objects[objChanged].Add(1)
-		default:
-			res.Unchanged++
-			r.objects[objUnchanged].Add(1)
-		}
-		res.Visited++
-		last = i
-	}
-	switch {
-	case err == nil:
-		r.hasCursor = false
-	case last >= 0:
-		if keys == nil {
-			k, _ := r.key(objs[last])
-			r.cursor, r.hasCursor = k, true
-		} else {
-			r.cursor, r.hasCursor = keys[last], true
-		}
-	}
-	if res.Errors > 0 {
-		r.opts.Logger.Warn("statuspatch: some objects were not reconciled",
-			slog.Int("errors", res.Errors), slog.Int("objects", res.Objects), slog.Any("first_error", firstErr))
-	}
-	return res, kind, err
-}
-
-// check compares an object's current and desired status, recovering from
-// a panicking computer. keys, when not nil, holds the keys by index.
-func (r *Reconciler[O, S, P]) check(obj O, keys []types.NamespacedName, i int) (key types.NamespacedName, changed bool, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = fmt.Errorf("StatusComputer panicked: %v", v)
-		}
-	}()
-	if keys != nil {
-		key = keys[i]
-	}
-	current := r.comp.Current(obj)
-	desired, err := r.comp.Desired(obj)
-	if err != nil || r.comp.Equal(current, desired) {
-		return key, false, err
-	}
-	if keys == nil {
-		key = r.comp.Key(obj)
-	}
-	return key, true, nil
-}
-
-// key returns the object's key, or an error if Key panics.
-func (r *Reconciler[O, S, P]) key(obj O) (k types.NamespacedName, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = fmt.Errorf("StatusComputer.Key panicked: %v", v)
-		}
-	}()
-	return r.comp.Key(obj), nil
-}
-
-// sortByKey returns the objects whose Key works sorted by key, with their
-// keys; the others are counted as errors (bad, the first one's error) and
-// left out.
-func (r *Reconciler[O, S, P]) sortByKey(objs []O) (_ []O, _ []types.NamespacedName, bad int, firstErr error) {
-	type keyed struct {
-		k types.NamespacedName
-		o O
-	}
-	ks := make([]keyed, 0, len(objs))
-	for _, o := range objs {
-		k, err := r.key(o)
-		if err != nil {
-			r.objects[objError].Add(1)
-			if bad++; firstErr == nil {
-				firstErr = err
-			}
-			continue
-		}
-		ks = append(ks, keyed{k, o})
-	}
-	slices.SortFunc(ks, func(a, b keyed) int { return compareKeys(a.k, b.k) })
-	out, keys := objs[:0], make([]types.NamespacedName, len(ks))
-	for i, x := range ks {
-		out, keys[i] = append(out, x.o), x.k
-	}
-	return out, keys, bad, firstErr
-}
-
-func compareKeys(a, b types.NamespacedName) int {
-	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
-}
-
-// logHalts writes at most one record a minute about halted passes: info
-// while a backlog drains, a warning once passes have kept halting for
-// max(1 minute, 3 intervals), info when a pass completes again.
-func (r *Reconciler[O, S, P]) logHalts(ctx context.Context, res PassResult, halted bool, now time.Time) {
-	h := &r.halts
-	if !halted {
-		if h.streak > 0 {
-			r.opts.Logger.LogAttrs(ctx, slog.LevelInfo, "statuspatch: backlog drained: a reconcile pass completed",
-				slog.Int("halted_passes", h.streak), slog.Duration("after", now.Sub(h.since)))
-		}
-		*h = haltLog{}
-		return
-	}
-	if h.streak == 0 {
-		h.since = now
-	}
-	h.streak++
-	if !h.lastLog.IsZero() && now.Sub(h.lastLog) < time.Minute {
-		return
-	}
-	h.lastLog = now
-	attrs := []slog.Attr{slog.Int("capacity", r.queue.Cap()), slog.Int("objects", res.Objects),
-		slog.Int("visited", res.Visited), slog.Int("queued_this_pass", res.Changed),
-		slog.String("resume_after", r.cursor.String()), slog.Int("halted_passes", h.streak)}
-	if now.Sub(h.since) < max(time.Minute, 3*r.opts.Interval) {
-		r.opts.Logger.LogAttrs(ctx, slog.LevelInfo,
-			"statuspatch: backlog: more changed objects than the pass lane holds; passes resume where they stopped until it is drained", attrs...)
-		return
-	}
-	attrs = append(attrs, slog.Duration("halting_for", now.Sub(h.since)), slog.String("hint",
-		"the dispatcher does not drain what passes find changed: raise the capacity or the in-flight limit, or lengthen the interval"))
-	r.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "statuspatch: reconcile passes keep halting: the pass lane stays at capacity", attrs...)
-}
-
 // Run reconciles while we lead, until ctx ends (nil) or the queue is
 // closed (an error wrapping ErrClosed); a second call returns
-// leader.ErrAlreadyStarted. It makes a full pass at every tick of
+// outcome.ErrAlreadyStarted. It makes a full pass at every tick of
 // Interval (skipping a tick less than Interval/2 after the last pass), at
 // once on gaining leadership of a new epoch — seen by notification or at
 // a tick, whichever comes first —, on Resync, and after a halted pass as
 // soon as half of the pass lane is free.
 func (r *Reconciler[O, S, P]) Run(ctx context.Context) error {
-	if err := r.life.start(); err != nil {
+	if err := r.life.Start(); err != nil {
 		return err
 	}
 	changes, unsubscribe := r.leader.Subscribe()
@@ -399,7 +197,7 @@ func (r *Reconciler[O, S, P]) Run(ctx context.Context) error {
 	if err != nil {
 		reason = err.Error()
 	}
-	r.life.stop("reconciler", reason)
+	stopped(&r.life, "reconciler", reason)
 	r.opts.Logger.Info("statuspatch: reconciler stopped", slog.String("reason", reason))
 	return err
 }
@@ -465,20 +263,9 @@ func (r *Reconciler[O, S, P]) loop(ctx context.Context, changes <-chan leader.Cl
 
 // Healthy returns nil while Run runs, else an error wrapping
 // [ErrNotRunning]. A reconciler that does not lead is healthy: it waits.
-func (r *Reconciler[O, S, P]) Healthy() error { return r.life.healthy() }
+func (r *Reconciler[O, S, P]) Healthy() error { return healthy(&r.life) }
 
 // Stats returns the reconciler's counters.
 func (r *Reconciler[O, S, P]) Stats() ReconcilerStats {
-	s := ReconcilerStats{Passes: map[string]int64{}, Objects: map[string]int64{}, Halted: r.halted.Load()}
-	for i, k := range passResults {
-		if n := r.passes[i].Load(); n > 0 {
-			s.Passes[k] = n
-		}
-	}
-	for i, k := range objResults {
-		if n := r.objects[i].Load(); n > 0 {
-			s.Objects[k] = n
-		}
-	}
-	return s
+	return ReconcilerStats{Passes: r.passes.Snapshot(), Objects: r.objects.Snapshot(), Halted: r.passes.Get(passHalted)}
 }

@@ -73,13 +73,7 @@ func (f *fakeObserver) Set(c leader.Claim) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.claim = c
-	for ch := range f.subs {
-		select {
-		case <-ch:
-		default:
-		}
-		ch <- c
-	}
+	f.notifyLocked(c)
 }
 
 // setSilently changes the claim Current returns without notifying the
@@ -88,6 +82,24 @@ func (f *fakeObserver) setSilently(c leader.Claim) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.claim = c
+}
+
+// notifyOnly sends c to the subscribers without making it current, as a
+// notification lagging behind the claim.
+func (f *fakeObserver) notifyOnly(c leader.Claim) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.notifyLocked(c)
+}
+
+func (f *fakeObserver) notifyLocked(c leader.Claim) {
+	for ch := range f.subs {
+		select {
+		case <-ch:
+		default:
+		}
+		ch <- c
+	}
 }
 
 // pendingClaims is the number of claims sent and not yet received.

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/quietpatch/quietpatch/leader"
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 type tReconciler = Reconciler[*tObj, []metav1.Condition, tPayload]
@@ -439,7 +440,7 @@ func TestReconcileNotLeader(t *testing.T) {
 				t.Errorf("ReconcileAll error = %v, want ErrNotLeader", err)
 			}
 			r.rec.Enqueue(nsKey("a"))
-			r.rec.Enqueue(make([]types.NamespacedName, freshFanout+1)...)
+			r.rec.Enqueue(make([]types.NamespacedName, FreshFanout+1)...)
 			if n := r.src.lists.Load() + r.src.gets.Load(); n != 0 {
 				t.Errorf("source called %d times while not leader", n)
 			}
@@ -507,7 +508,7 @@ func fmtNames(n int) []string {
 	return out
 }
 
-// Enqueue is the keys of one event: up to freshFanout go to the fresh
+// Enqueue is the keys of one event: up to FreshFanout go to the fresh
 // lane, more — or a full fresh lane — ask for a pass instead, and nothing
 // happens while we do not lead.
 func TestEnqueue(t *testing.T) {
@@ -530,14 +531,14 @@ func TestEnqueue(t *testing.T) {
 	}{
 		{label: "no keys", capacity: 100},
 		{label: "one key", capacity: 100, enqueue: keys(1), wantFresh: 1},
-		{label: "freshFanout keys", capacity: 100, enqueue: keys(freshFanout), wantFresh: freshFanout},
-		{label: "one more: a pass instead", capacity: 100, enqueue: keys(freshFanout + 1), wantResync: true},
+		{label: "FreshFanout keys", capacity: 100, enqueue: keys(FreshFanout), wantFresh: FreshFanout},
+		{label: "one more: a pass instead", capacity: 100, enqueue: keys(FreshFanout + 1), wantResync: true},
 		{label: "a full fresh lane: a pass", capacity: 2, enqueue: keys(3), wantFresh: 2, wantResync: true},
 		{label: "the same key twice coalesces", capacity: 100, enqueue: []types.NamespacedName{nsKey("a"), nsKey("a")}, wantFresh: 1},
 		{label: "a key waiting in the pass lane moves to the fresh lane", capacity: 100, inPassLane: []string{"a", "b"},
 			enqueue: []types.NamespacedName{nsKey("a")}, wantFresh: 1, wantPass: 1},
 		{label: "not leader: one key", capacity: 100, notLeader: true, enqueue: keys(1)},
-		{label: "not leader: many keys", capacity: 100, notLeader: true, enqueue: keys(freshFanout + 1)},
+		{label: "not leader: many keys", capacity: 100, notLeader: true, enqueue: keys(FreshFanout + 1)},
 	} {
 		t.Run(tc.label, func(t *testing.T) {
 			r := newRig(t, tc.capacity, nil)
@@ -564,17 +565,17 @@ func TestEnqueue(t *testing.T) {
 	}
 }
 
-// Under Run, an event with more keys than freshFanout makes a pass, which
+// Under Run, an event with more keys than FreshFanout makes a pass, which
 // queues only what changed.
 func TestRunEnqueueOfManyKeysMakesAPass(t *testing.T) {
-	r := newRig(t, 100, changedObjs(names(freshFanout+1)...))
+	r := newRig(t, 100, changedObjs(names(FreshFanout+1)...))
 	r.src.setAll(upToDate)
 	r.lead(1)
 	r.startRun(t)
 	waitFor(t, "the first pass", func() bool { return r.src.lists.Load() == 1 })
 	r.src.set(&tObj{Key: nsKey("o03"), RV: "2", Gen: 2})
 	var ks []types.NamespacedName
-	for _, n := range names(freshFanout + 1) {
+	for _, n := range names(FreshFanout + 1) {
 		ks = append(ks, nsKey(n))
 	}
 	r.rec.Enqueue(ks...)
@@ -743,7 +744,7 @@ func TestRunReturnsWhenQueueClosed(t *testing.T) {
 	if h := r.rec.Healthy(); !errors.Is(h, ErrNotRunning) || !strings.Contains(h.Error(), "closed") {
 		t.Errorf("Healthy after Run returned = %v, want ErrNotRunning saying why", h)
 	}
-	if err := r.rec.Run(context.Background()); !errors.Is(err, leader.ErrAlreadyStarted) {
+	if err := r.rec.Run(context.Background()); !errors.Is(err, outcome.ErrAlreadyStarted) {
 		t.Errorf("second Run = %v, want ErrAlreadyStarted", err)
 	}
 	if st := r.rec.Stats(); st.Passes["closed"] != 1 {
@@ -855,9 +856,9 @@ func TestNewReconcilerValidation(t *testing.T) {
 				}
 				return
 			}
-			var ce *leader.ConfigError
-			if !errors.As(err, &ce) || ce.Field != c.wantField || !errors.Is(err, leader.ErrInvalidConfig) {
-				t.Errorf("err = %v, want a *leader.ConfigError for %s wrapping ErrInvalidConfig", err, c.wantField)
+			var ce *outcome.ConfigError
+			if !errors.As(err, &ce) || ce.Field != c.wantField || !errors.Is(err, outcome.ErrInvalidConfig) {
+				t.Errorf("err = %v, want a *outcome.ConfigError for %s wrapping ErrInvalidConfig", err, c.wantField)
 			}
 		})
 	}

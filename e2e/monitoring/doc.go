@@ -24,7 +24,7 @@
 //     quietpatch's naming scheme (or to the Go runtime's and process
 //     collectors), with the labels and label values the instruments have,
 //     and the list equals metric-names.txt. The naming scheme equals the
-//     instrument table of the root package's doc.go (DocumentedInstruments):
+//     instrument table of docs/metrics.md (DocumentedInstruments):
 //     the same families and kinds, each Prometheus name there being what
 //     the exporter makes of the instrument's name, kind and unit
 //     (PrometheusName), and the same labels with the same values (a
@@ -44,7 +44,7 @@
 // that an end-to-end test can scrape the running example and fail when one
 // of them is missing; FamilyName maps a series name (name_bucket) to the
 // family a scrape lists. DocumentedInstruments returns the instrument
-// table of the root package's documentation, so that the same test can
+// table of docs/metrics.md, so that the same test can
 // check the scrape against the docs. Queries, Selectors and Names are the
 // pieces MetricNames is made of. The metric names are extracted by a small PromQL
 // lexer (Selectors) rather than Prometheus's parser, which would pull

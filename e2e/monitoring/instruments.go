@@ -11,16 +11,15 @@ import (
 	"strings"
 )
 
-// RootDocFile is the root package's documentation file, whose section
-// Metrics holds the table of every instrument (DocumentedInstruments).
-const RootDocFile = "doc.go"
+// RootDocFile is the documentation file whose section Metrics holds the
+// table of every instrument (DocumentedInstruments).
+const RootDocFile = "docs/metrics.md"
 
 // ErrNoTable is wrapped by ParseInstrumentTable when the source holds no
 // instrument table, or a row it cannot read.
 var ErrNoTable = errors.New("monitoring: no instrument table")
 
-// Instrument is one row of the instrument table in the root package's
-// documentation.
+// Instrument is one row of the instrument table of RootDocFile.
 type Instrument struct {
 	// Name is the OpenTelemetry instrument name, e.g.
 	// quietpatch.queue.depth.peak_ewma.
@@ -53,8 +52,8 @@ func PrometheusName(name, kind, unit string) string {
 	return n
 }
 
-// DocumentedInstruments reads the instrument table of the root package's
-// doc.go, in the repository Dir finds (whatever QP_MONITORING_DIR says).
+// DocumentedInstruments reads the instrument table of RootDocFile, in the
+// repository Dir finds (whatever QP_MONITORING_DIR says).
 func DocumentedInstruments() ([]Instrument, error) {
 	root, err := repoRoot()
 	if err != nil {
@@ -72,12 +71,13 @@ func DocumentedInstruments() ([]Instrument, error) {
 	return ins, nil
 }
 
-// ParseInstrumentTable reads the instrument table from Go source whose
-// package comment holds it as a code block: a header line starting with
-// "name" and ending with "Prometheus name", then one line per instrument
-// (its OTel name, kind, unit, attributes, and its Prometheus name last),
-// attribute lists continued on indented lines. The table ends at the first
-// line that is not part of the code block.
+// ParseInstrumentTable reads the instrument table from Markdown, where it
+// is a fenced code block, or from Go source whose package comment holds it
+// as a code block: a header line starting with "name" and ending with
+// "Prometheus name", then one line per instrument (its OTel name, kind,
+// unit, attributes, and its Prometheus name last), attribute lists
+// continued on indented lines. The table ends at the first line that is
+// not part of the code block.
 //
 // The attributes column lists items separated by "," or ";": an attribute
 // name alone (any value), "name: v1 v2 ..." (those values), "name (as x)"
@@ -89,13 +89,23 @@ func ParseInstrumentTable(src []byte) ([]Instrument, error) {
 		out    []Instrument
 		attrs  []string // the attributes column of each row, continuations joined
 		inside bool
+		fenced bool // inside a Markdown fence
 		line   int
 	)
 	sc := bufio.NewScanner(bytes.NewReader(src))
 	for sc.Scan() {
 		line++
 		text := sc.Text()
+		if strings.HasPrefix(text, "```") {
+			if fenced = !fenced; !fenced && inside {
+				break
+			}
+			continue
+		}
 		row, isCode := strings.CutPrefix(text, "//\t")
+		if fenced {
+			row, isCode = text, true
+		}
 		if !inside {
 			if isCode && strings.HasPrefix(row, "name ") && strings.HasSuffix(row, "Prometheus name") {
 				inside = true

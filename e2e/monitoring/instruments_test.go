@@ -4,12 +4,13 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 )
 
-// TestDocumentedInstruments: the table in the root package's doc.go, the
+// TestDocumentedInstruments: the table in docs/metrics.md, the
 // naming scheme this package checks the dashboard and rules against, and
 // the exporter's naming rule agree, family by family and kind by kind.
 func TestDocumentedInstruments(t *testing.T) {
@@ -106,6 +107,12 @@ package x
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("ParseInstrumentTable (-want +got):\n%s", diff)
+	}
+	md := "# Metrics\n\n```text\n" + strings.ReplaceAll(src[strings.Index(src, "//\tname"):strings.Index(src, "//\n// After")], "//\t", "") + "```\n\nAfter the table.\n"
+	if got, err := ParseInstrumentTable([]byte(md)); err != nil {
+		t.Errorf("the table in Markdown: %v", err)
+	} else if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("ParseInstrumentTable of the Markdown table (-want +got):\n%s", diff)
 	}
 	const header = "//\tname  kind  unit  attributes  Prometheus name\n"
 	for label, bad := range map[string]string{

@@ -42,7 +42,7 @@ var (
 	routesGVR = schema.GroupVersionResource{Group: gatewayv1.GroupName, Version: "v1", Resource: "httproutes"}
 )
 
-// shardLease is the name of shard i's Lease (leader.Group.ShardLease).
+// shardLease is the name of shard i's Lease (shard.LeaseName).
 func shardLease(i, k int) string { return fmt.Sprintf("%s-shard-%d-of-%d", leaseName, i, k) }
 
 // member is one replica: a Deployment of one process under a

@@ -74,8 +74,7 @@
 // stopping, and a process that then exits leaves the Lease unvacated: that
 // is safe — a successor waits out the claim, one LeaseDuration — but slower
 // than a hand-over. A client's cancel does not undo a write already on its
-// way to etcd (measured on the real server: cancelled patches committed
-// after the vacate, 8–25 ms before a successor acquired); the
+// way to etcd (docs/performance.md has what the real server did); the
 // resourceVersion precondition is what makes such a late write fail when
 // the object changed since it was read.
 //
@@ -100,7 +99,7 @@
 //     controller-runtime's multi-namespace informer, one informer per
 //     namespace behind an Informer without a store to read: the Source
 //     then keeps an index of the keys of the objects those informers
-//     store, filled by one event handler (about 85 bytes per object), and
+//     store, filled by one event handler (a map entry per object), and
 //     lists their union, each object once.
 //
 // Either way List and Get return the cache's own objects, with no deep copy
@@ -156,13 +155,12 @@
 // # Clients
 //
 // The client's rate limiter is part of every patch's latency, and caps
-// throughput silently. On 2 cores, one status patch in flight against a
-// real kube-apiserver takes about 6.9 ms (≈ 144 patches/s): one worker
-// absorbs about 1,440 patches in a 10 s Interval. A client limited to 20
-// QPS (burst 30, what controller-runtime set before it relied on API
-// priority and fairness) writes at most 200 patches in a 10 s interval;
-// client-go's default of 5 QPS (burst 10), which applies to any
-// rest.Config whose QPS is 0, at most 50. A backlog larger than that — the
+// throughput silently: a client limited to Q requests a second writes at
+// most Q × Interval patches an Interval, whatever the server absorbs
+// (docs/performance.md has what one worker absorbs on the real server).
+// client-go's default (QPS 5, burst 10) applies to any rest.Config whose
+// QPS is 0; controller-runtime set QPS 20, burst 30, before it relied on
+// API priority and fairness. A backlog larger than that — the
 // first pass over thousands of objects, a change of every status after an
 // upgrade — then drains at the limiter's pace, however fast the API server
 // is, and the dispatcher's adaptive in-flight limit cannot see why.

@@ -54,8 +54,7 @@ var _ statuspatch.Source[client.Object] = (*Source[client.Object])(nil)
 // store; it does so for cluster-scoped objects too when DefaultNamespaces
 // is set. The Source then keeps an index of its own, filled by one event
 // handler on that informer: it maps each key to the object the namespace's
-// informer stores (a pointer, not a copy: a map entry per object, about 85
-// bytes with keys of 25 characters), so List returns the union of the
+// informer stores (a pointer, not a copy: a map entry per object), so List returns the union of the
 // namespaces' objects, each once, and Get looks a key up. That handler updates the index before it
 // hands the event to the handlers added with AddEventHandler, so a key
 // enqueued on an event finds at least the object of that event; HasSynced

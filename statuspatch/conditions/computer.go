@@ -8,7 +8,6 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -17,8 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/clock"
 
-	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch"
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 // ErrInvalidType is wrapped by the error [New] returns when O does not have
@@ -105,7 +104,7 @@ type Config[O any] struct {
 // []metav1.Condition and a field ObservedGeneration int64 — the shape
 // kubebuilder generates. Typed objects are read through reflection set up
 // once by [New]: reading a status allocates nothing, and an unchanged
-// object costs tens of nanoseconds beyond Config.Conditions.
+// object costs little beyond Config.Conditions (docs/performance.md).
 type Computer[O metav1.Object] struct {
 	cfg      Config[O]
 	owned    []string // Config.OwnedTypes; nil: the types Conditions returns
@@ -120,16 +119,16 @@ type Computer[O metav1.Object] struct {
 var _ statuspatch.StatusComputer[*unstructured.Unstructured, Status, statuspatch.MergePatch] = (*Computer[*unstructured.Unstructured])(nil)
 
 // New returns a Computer for objects of type O, or an error: a
-// [*leader.ConfigError] when Conditions is nil or OwnedTypes holds an
+// [*outcome.ConfigError] when Conditions is nil or OwnedTypes holds an
 // invalid condition type, an error wrapping [ErrInvalidType] when O has not
 // the status shape described on [Computer].
 func New[O metav1.Object](cfg Config[O]) (*Computer[O], error) {
 	if cfg.Conditions == nil {
-		return nil, &leader.ConfigError{Field: "Conditions", Reason: "must be set"}
+		return nil, &outcome.ConfigError{Field: "Conditions", Reason: "must be set"}
 	}
 	for i, t := range cfg.OwnedTypes {
 		if errs := metav1validation.ValidateLabelName(t, field.NewPath("OwnedTypes").Index(i)); t == "" || len(errs) > 0 {
-			return nil, &leader.ConfigError{Field: "OwnedTypes",
+			return nil, &outcome.ConfigError{Field: "OwnedTypes",
 				Reason: fmt.Sprintf("must hold valid condition types, got %q at index %d", t, i)}
 		}
 	}
@@ -353,156 +352,4 @@ func jsonEqual(a, b any) bool {
 	ja, err1 := json.Marshal(a)
 	jb, err2 := json.Marshal(b)
 	return err1 == nil && err2 == nil && bytes.Equal(ja, jb)
-}
-
-// Patch builds the merge patch of status.observedGeneration,
-// status.conditions and the Fields, with the object's resourceVersion as
-// precondition. The conditions are those of obj as it is now: the foreign
-// ones exactly as read and in their order, the owned ones replaced in
-// place by desired's (LastTransitionTime kept from the current condition of
-// the same Type and Status, else now), the owned ones desired lacks removed
-// (duplicates of an owned type too), desired's new ones appended. It fails,
-// sending nothing, when a desired condition is one the API server would
-// reject (metav1.Condition's validation: type, status True/False/Unknown,
-// reason, message length, unique types) or, with Config.OwnedTypes, is not
-// of an owned type. Foreign conditions are not validated: they are the
-// other writers' and already on the server.
-func (c *Computer[O]) Patch(obj O, desired Status) (statuspatch.MergePatch, error) {
-	current, owned, err := c.settle(obj, desired)
-	if err != nil {
-		return statuspatch.MergePatch{}, err
-	}
-	status := make(map[string]any, 2+len(desired.Fields))
-	for k, v := range desired.Fields {
-		status[k] = v
-	}
-	status["observedGeneration"] = desired.ObservedGeneration
-	status["conditions"] = c.merge(obj, current, owned)
-	return statuspatch.NewMergePatch(obj, status)
-}
-
-// settle returns obj's current status and the owned conditions to write:
-// desired's, each with the LastTransitionTime of the current condition of
-// the same Type and Status, else now. It fails when a condition is not of
-// an owned type (with Config.OwnedTypes) or is one the API server would
-// reject.
-func (c *Computer[O]) settle(obj O, desired Status) (Status, []metav1.Condition, error) {
-	if err := c.checkOwned(desired.Conditions); err != nil {
-		return Status{}, nil, err
-	}
-	current := c.Current(obj)
-	now := metav1.NewTime(c.clk.Now().Truncate(time.Second))
-	owned := make([]metav1.Condition, len(desired.Conditions))
-	for i, d := range desired.Conditions {
-		d.LastTransitionTime = now
-		for _, cur := range current.Conditions {
-			if cur.Type == d.Type && cur.Status == d.Status && !cur.LastTransitionTime.IsZero() {
-				d.LastTransitionTime = cur.LastTransitionTime
-				break
-			}
-		}
-		owned[i] = d
-	}
-	if errs := metav1validation.ValidateConditions(owned, field.NewPath("status", "conditions")); len(errs) > 0 {
-		return Status{}, nil, fmt.Errorf("conditions: the API server would reject these conditions: %w", errs.ToAggregate())
-	}
-	return current, owned, nil
-}
-
-// merge returns the list of conditions to write: the entries of obj's
-// status.conditions (for unstructured objects, the raw entries of its map,
-// malformed ones included) with each owned one replaced by the one of owned
-// with its Type, at the first entry of that Type, and dropped otherwise;
-// then the owned conditions not placed yet.
-func (c *Computer[O]) merge(obj O, current Status, owned []metav1.Condition) []any {
-	var raw []any
-	n := len(current.Conditions)
-	if c.unstruct {
-		if u := any(obj).(*unstructured.Unstructured); u != nil {
-			st, _ := u.Object["status"].(map[string]any)
-			raw, _ = st["conditions"].([]any)
-		}
-		n = len(raw)
-	}
-	out := make([]any, 0, n+len(owned))
-	placed := make([]bool, len(owned))
-	for i := range n {
-		var (
-			t     string
-			entry any
-		)
-		if c.unstruct {
-			entry = raw[i]
-			m, _ := entry.(map[string]any)
-			t, _ = m["type"].(string)
-		} else {
-			entry = current.Conditions[i]
-			t = current.Conditions[i].Type
-		}
-		if !c.owns(t, owned) {
-			out = append(out, entry)
-			continue
-		}
-		for k := range owned {
-			if owned[k].Type == t && !placed[k] {
-				out, placed[k] = append(out, owned[k]), true
-				break
-			}
-		}
-	}
-	for k := range owned {
-		if !placed[k] {
-			out = append(out, owned[k])
-		}
-	}
-	return out
-}
-
-// currentUnstructured reads status.observedGeneration and status.conditions
-// from u's map. Entries that are not objects are skipped: they have no
-// owned Type, and Patch carries them back as read. An entry of an owned
-// Type with fields of the wrong kind reads as a condition that differs from
-// any desired one, so the object gets patched.
-func currentUnstructured(u *unstructured.Unstructured) Status {
-	s := Status{obj: u}
-	if u == nil {
-		return s
-	}
-	st, _ := u.Object["status"].(map[string]any)
-	switch g := st["observedGeneration"].(type) {
-	case int64:
-		s.ObservedGeneration = g
-	case float64:
-		s.ObservedGeneration = int64(g)
-	}
-	list, _ := st["conditions"].([]any)
-	if len(list) == 0 {
-		return s
-	}
-	s.Conditions = make([]metav1.Condition, 0, len(list))
-	for _, e := range list {
-		m, ok := e.(map[string]any)
-		if !ok {
-			continue
-		}
-		var cond metav1.Condition
-		cond.Type, _ = m["type"].(string)
-		st, _ := m["status"].(string)
-		cond.Status = metav1.ConditionStatus(st)
-		cond.Reason, _ = m["reason"].(string)
-		cond.Message, _ = m["message"].(string)
-		switch g := m["observedGeneration"].(type) {
-		case int64:
-			cond.ObservedGeneration = g
-		case float64:
-			cond.ObservedGeneration = int64(g)
-		}
-		if ts, ok := m["lastTransitionTime"].(string); ok {
-			if t, err := time.Parse(time.RFC3339, ts); err == nil {
-				cond.LastTransitionTime = metav1.NewTime(t)
-			}
-		}
-		s.Conditions = append(s.Conditions, cond)
-	}
-	return s
 }

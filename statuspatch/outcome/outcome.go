@@ -98,6 +98,18 @@ func Of(err error) Outcome {
 	return Error
 }
 
+// Permanent reports whether err, the error of one request, cannot go away
+// by sending the same request again: the credentials or permissions are
+// wrong ([Unauthorized], [Forbidden]), or the server rejects the request
+// itself ([Invalid]).
+func Permanent(err error) bool {
+	switch Of(err) {
+	case Forbidden, Unauthorized, Invalid:
+		return true
+	}
+	return false
+}
+
 // Answered reports whether err, the error of one write request, is an answer
 // from the API server that settles the write: nil (the write was done), or an
 // API status that says the write was refused and not done — 4xx codes such

@@ -39,6 +39,8 @@ func TestOfAndAnswered(t *testing.T) {
 		{"401", apierrors.NewUnauthorized("x"), outcome.Unauthorized, true},
 		{"422", apierrors.NewInvalid(schema.GroupKind{Kind: "Widget"}, "a", nil), outcome.Invalid, true},
 		{"400", apierrors.NewBadRequest("x"), outcome.Invalid, true},
+		{"405", apierrors.NewMethodNotSupported(gr, "patch"), outcome.Invalid, true},
+		{"413", apierrors.NewRequestEntityTooLargeError("big"), outcome.Invalid, true},
 		{"429", apierrors.NewTooManyRequests("x", 1), outcome.Throttled, true},
 		{"403 fence", apierrors.NewForbidden(gr, "a", errors.New(`ValidatingAdmissionPolicy 'quietpatch-fence' with binding 'quietpatch-fence' denied request: `+outcome.FenceMessage+` the Lease ns/l is held by b, not a`)), outcome.Fenced, true},
 		{"403 fence wrapped", fmt.Errorf("patch: %w", apierrors.NewForbidden(gr, "a", errors.New(outcome.FenceMessage+" x"))), outcome.Fenced, true},
@@ -56,6 +58,9 @@ func TestOfAndAnswered(t *testing.T) {
 	for _, c := range cases {
 		if got := outcome.Of(c.err); got != c.want {
 			t.Errorf("%s: Of(%v) = %s, want %s", c.label, c.err, got, c.want)
+		}
+		if got, want := outcome.Permanent(c.err), c.want == outcome.Forbidden || c.want == outcome.Unauthorized || c.want == outcome.Invalid; got != want {
+			t.Errorf("%s: Permanent(%v) = %v, want %v", c.label, c.err, got, want)
 		}
 		if got := outcome.Answered(c.err); got != c.answered {
 			t.Errorf("%s: Answered(%v) = %v, want %v", c.label, c.err, got, c.answered)

@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -103,11 +104,41 @@ func (f *filtered) WatchWithContext(ctx context.Context, o metav1.ListOptions) (
 	if err != nil {
 		return nil, err
 	}
-	return newFilterWatch(w, func(e watch.Event) bool {
-		switch e.Type {
-		case watch.Added, watch.Modified, watch.Deleted:
-			return f.keep(e.Object)
+	fw := &filteredWatch{w: w, out: make(chan watch.Event), stop: make(chan struct{})}
+	go func() {
+		defer close(fw.out)
+		for e := range w.ResultChan() {
+			switch e.Type {
+			case watch.Added, watch.Modified, watch.Deleted:
+				if !f.keep(e.Object) {
+					continue
+				}
+			}
+			select {
+			case fw.out <- e:
+			case <-fw.stop: // nobody reads any more
+				return
+			}
 		}
-		return true
-	}), nil
+	}()
+	return fw, nil
+}
+
+// filteredWatch passes on the events its goroutine keeps. Unlike
+// watch.Filter's, the goroutine ends when the watch is stopped with an
+// event still to hand over: a stopped informer does not read it.
+type filteredWatch struct {
+	w    watch.Interface
+	out  chan watch.Event
+	stop chan struct{}
+	once sync.Once
+}
+
+func (fw *filteredWatch) ResultChan() <-chan watch.Event { return fw.out }
+
+func (fw *filteredWatch) Stop() {
+	fw.once.Do(func() {
+		close(fw.stop)
+		fw.w.Stop()
+	})
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	goruntime "runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -242,6 +244,35 @@ func TestWatchDropsEventsOutsideTheRange(t *testing.T) {
 	}
 	if n := told.Load(); n != 1 {
 		t.Errorf("unfiltered called %d times over %d strays, want once", n, 3*len(out))
+	}
+}
+
+// A watch stopped with an event still to hand over — its reader gone, as
+// a stopped informer's — leaves no goroutine behind (watch.Filter's would
+// stay blocked on the send).
+func TestStoppedWatchLeavesNoGoroutine(t *testing.T) {
+	rs, _ := shard.Split(2)
+	in, _ := configMaps(t, rs[0], 1)
+	f := newFakeLW()
+	w, err := shard.ListWatch(f, rs[0], nil).Watch(metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fw := <-f.watching
+	fw.Add(in[0]) // taken by the filter, never read
+	filtering := func() bool {
+		buf := make([]byte, 1<<20)
+		stacks := string(buf[:goruntime.Stack(buf, true)])
+		return strings.Contains(stacks, "shard.(*filtered).WatchWithContext") || strings.Contains(stacks, "watch.(*filteredWatch).loop")
+	}
+	if !filtering() {
+		t.Fatal("no filtering goroutine found: the check is broken")
+	}
+	w.Stop()
+	for deadline := time.Now().Add(10 * time.Second); filtering(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the goroutine filtering the stopped watch is still there")
+		}
 	}
 }
 

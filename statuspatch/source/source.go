@@ -3,6 +3,8 @@ package source
 import (
 	"fmt"
 	"reflect"
+	"slices"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -151,6 +153,36 @@ func EnqueueHandler(enqueue func(types.NamespacedName)) cache.ResourceEventHandl
 		AddFunc:    on,
 		UpdateFunc: func(_, obj any) { on(obj) },
 		DeleteFunc: on,
+	}
+}
+
+// DependencyHandler is the event handler of another resource the statuses
+// depend on: each event (the object before and after an update) enqueues,
+// once each, the keys keys maps the objects to — a deleted object's last
+// known state included. A nil keys means every object: each event calls
+// resync instead.
+func DependencyHandler(keys func(any) []types.NamespacedName, enqueue func(...types.NamespacedName), resync func()) cache.ResourceEventHandler {
+	on := func(objs ...any) {
+		if keys == nil {
+			resync()
+			return
+		}
+		var ks []types.NamespacedName
+		for _, o := range objs {
+			if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+				o = d.Obj
+			}
+			if o != nil {
+				ks = append(ks, keys(o)...)
+			}
+		}
+		slices.SortFunc(ks, func(a, b types.NamespacedName) int { return strings.Compare(a.String(), b.String()) })
+		enqueue(slices.Compact(ks)...)
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { on(o) },
+		UpdateFunc: func(old, o any) { on(old, o) },
+		DeleteFunc: func(o any) { on(o) },
 	}
 }
 

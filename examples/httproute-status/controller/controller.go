@@ -55,19 +55,9 @@ type Controller struct {
 	opts          Options
 	kubeInformers informers.SharedInformerFactory
 	gwInformers   gwinformers.SharedInformerFactory
-	pipeline      pipeline
-	single        *quietpatch.Controller[routeObject, routeStatus, routePatch] // Options.Shards <= 1
-	sharded       *quietpatch.Sharded[routeObject, routeStatus, routePatch]    // Options.Shards > 1
+	pipeline      quietpatch.Runner // a Controller, or a Sharded with Options.Shards > 1
 	telemetry     *telemetry
 	started       atomic.Bool
-}
-
-// pipeline is what Run and the probes need of either kind of pipeline.
-type pipeline interface {
-	Run(context.Context) error
-	Ready() error
-	Live() error
-	Identity() string
 }
 
 // New validates opts, builds the clients (loading the kubeconfig unless
@@ -165,19 +155,17 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 				return httproutes.Watch(ctx, o)
 			},
 		}
-		if c.sharded, err = quietpatch.NewSharded(lw, comp, patcher, cfg); err != nil {
+		if c.pipeline, err = quietpatch.NewSharded(lw, comp, patcher, cfg); err != nil {
 			return nil, fmt.Errorf("controller: %w", err)
 		}
-		c.pipeline = c.sharded
 	} else {
 		on := routesOf{routes: routes.Informer().GetIndexer(), gateways: gateways.Informer().GetIndexer()}
 		deps[0].Keys, deps[1].Keys, deps[2].Keys = on.by(indexService, objectName), on.by(indexGateway, objectName), on.gatewayClass
 		deps[3].Keys, deps[4].Keys = on.by(indexGrantNamespace, metav1.Object.GetNamespace), on.by(cache.NamespaceIndex, metav1.Object.GetName)
 		cfg.Dependencies = deps
-		if c.single, err = quietpatch.New(source.Informer[routeObject](routes.Informer()), comp, patcher, cfg); err != nil {
+		if c.pipeline, err = quietpatch.New(source.Informer[routeObject](routes.Informer()), comp, patcher, cfg); err != nil {
 			return nil, fmt.Errorf("controller: %w", err)
 		}
-		c.pipeline = c.single
 	}
 
 	// The pipeline logs the rest (interval, capacity, workers) once synced.
@@ -284,29 +272,10 @@ func (c *Controller) Ready() error { return c.pipeline.Ready() }
 // a patch call is stuck (see quietpatch.Controller.Live).
 func (c *Controller) Live() error { return c.pipeline.Live() }
 
-// Stats returns a snapshot of the pipeline's counters, its queue's
-// capacity and the latest lease claim observed; zero with Options.Shards >
-// 1 (see ShardStats).
-func (c *Controller) Stats() quietpatch.Stats {
-	if c.single == nil {
-		return quietpatch.Stats{}
-	}
-	return c.single.Stats()
-}
-
-// ShardStats returns the shards' snapshot with Options.Shards > 1, else
-// one shard: the pipeline's.
-func (c *Controller) ShardStats() quietpatch.ShardedStats {
-	if c.sharded == nil {
-		st := c.single.Stats()
-		s := quietpatch.ShardedStats{Shards: 1, Members: []string{c.single.Identity()}, Running: []int{0}, PerShard: map[int]quietpatch.Stats{0: st}}
-		if st.Leading {
-			s.Held = []int{0}
-		}
-		return s
-	}
-	return c.sharded.Stats()
-}
+// Stats returns a snapshot of the pipeline (quietpatch.Stats): its
+// counters, its queue's capacity and the latest lease claim observed, or,
+// with Options.Shards > 1, the shards held and run and each one's counters.
+func (c *Controller) Stats() quietpatch.Stats { return c.pipeline.Stats() }
 
 // serve serves h on l, or on a new listener on addr when l is nil, until
 // stop is called. A Serve that ends otherwise reports through fail.

@@ -264,8 +264,8 @@ func (o Options) Complete() (Options, error) {
 			return o, optErr(d.field, d.v, "must not be negative")
 		}
 	}
-	if err := o.leaseConfig().Validate(); err != nil {
-		var ce *leader.ConfigError
+	if _, err := o.leaseConfig().Complete(); err != nil {
+		var ce *quietpatch.ConfigError
 		if !errors.As(err, &ce) {
 			return o, fmt.Errorf("controller: %w", err)
 		}

@@ -1,4 +1,4 @@
-package leader
+package shard
 
 import (
 	"context"
@@ -9,53 +9,66 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/rest"
+
 	coordv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/quietpatch/quietpatch/leader"
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
-// groupHarness runs Groups against one fakeAPI and one fake clock. Each
-// Group's loop waits on the clock between rounds, so the clock's waiters
+// groupHarness runs groups against one fake API and one fake clock. Each
+// group's loop waits on the clock between rounds, so the clock's waiters
 // tell when every loop is idle.
 type groupHarness struct {
 	t   *testing.T
-	api *fakeAPI
+	api *fakeLeases
 	clk *clocktesting.FakeClock
-	h   *harness
 
 	mu      sync.Mutex
 	running int
 }
 
 func newGroupHarness(t *testing.T) *groupHarness {
-	h := newHarness(t)
-	return &groupHarness{t: t, api: h.api, clk: h.clk, h: h}
+	return &groupHarness{t: t, api: newFakeLeases(), clk: clocktesting.NewFakeClock(t0)}
 }
 
 type groupRun struct {
-	g      *Group
+	g      *group
+	id     string
 	cancel context.CancelFunc
 	done   chan struct{}
 	err    error
 }
 
+// newGroup returns the group of the replica id.
+func (gh *groupHarness) newGroup(id string, shards int) *group {
+	gh.t.Helper()
+	g, err := newGroup(gh.api.cs.CoordinationV1(), leaseConfig(gh.t, id, gh.clk), shards)
+	if err != nil {
+		gh.t.Fatalf("newGroup: %v", err)
+	}
+	return g
+}
+
 func (gh *groupHarness) start(id string, shards int) *groupRun {
 	gh.t.Helper()
-	g, err := NewGroup(gh.api.cs.CoordinationV1(), gh.h.config(id), shards)
-	if err != nil {
-		gh.t.Fatalf("NewGroup: %v", err)
-	}
+	g := gh.newGroup(id, shards)
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &groupRun{g: g, cancel: cancel, done: make(chan struct{})}
+	r := &groupRun{g: g, id: id, cancel: cancel, done: make(chan struct{})}
 	gh.mu.Lock()
 	gh.running++
 	gh.mu.Unlock()
 	go func() {
 		defer close(r.done)
-		r.err = g.Run(ctx)
+		r.err = g.run(ctx)
 	}()
 	gh.t.Cleanup(func() { r.stop(gh) })
 	gh.settle()
@@ -73,7 +86,7 @@ func (r *groupRun) stop(gh *groupHarness) error {
 	select {
 	case <-r.done:
 	case <-time.After(10 * time.Second):
-		gh.t.Fatalf("%s: Run did not return", r.g.Identity())
+		gh.t.Fatalf("%s: run did not return", r.id)
 	}
 	gh.mu.Lock()
 	gh.running--
@@ -138,10 +151,10 @@ func (gh *groupHarness) putLease(name, holder string, dur int32, renew time.Time
 func TestGroupKeepsItsMemberLease(t *testing.T) {
 	gh := newGroupHarness(t)
 	a := gh.start("a", 4)
-	if want := testName + "-member-"; !strings.HasPrefix(a.g.MemberLease(), want) || len(a.g.MemberLease()) != len(want)+8 {
-		t.Errorf("MemberLease() = %q, want %s<8 hex digits>", a.g.MemberLease(), want)
+	if want := testName + "-member-"; !strings.HasPrefix(memberLease(testName, "a"), want) || len(memberLease(testName, "a")) != len(want)+8 {
+		t.Errorf("MemberLease() = %q, want %s<8 hex digits>", memberLease(testName, "a"), want)
 	}
-	l := gh.lease(a.g.MemberLease())
+	l := gh.lease(memberLease(testName, "a"))
 	if l == nil {
 		t.Fatal("no member Lease after the first round")
 	}
@@ -150,24 +163,24 @@ func TestGroupKeepsItsMemberLease(t *testing.T) {
 	}
 	rv := l.ResourceVersion
 	gh.step(4 * time.Second) // LeaseDuration-RenewGrace is 5s: not yet
-	if got := gh.lease(a.g.MemberLease()); got.ResourceVersion != rv {
+	if got := gh.lease(memberLease(testName, "a")); got.ResourceVersion != rv {
 		t.Errorf("renewed at %v, before its period", gh.clk.Now().Sub(t0))
 	}
 	gh.step(2 * time.Second)
-	l2 := gh.lease(a.g.MemberLease())
+	l2 := gh.lease(memberLease(testName, "a"))
 	if l2.ResourceVersion == rv || !l2.Spec.RenewTime.Time.Equal(t0.Add(6*time.Second)) || !l2.Spec.AcquireTime.Time.Equal(l.Spec.AcquireTime.Time) {
 		t.Errorf("after 6s: member Lease %+v (rv %s), want renewed at 6s, acquired at t0", l2.Spec, l2.ResourceVersion)
 	}
-	if v := a.g.View(); !slices.Equal(v.Members, []string{"a"}) || !slices.Equal(v.Holders, []string{"", "", "", ""}) {
+	if v := a.g.view(); !slices.Equal(v.Members, []string{"a"}) || !slices.Equal(v.Holders, []string{"", "", "", ""}) {
 		t.Errorf("View() = %+v", v)
 	}
-	if err := a.g.Healthy(); err != nil {
+	if err := a.g.healthy(); err != nil {
 		t.Errorf("Healthy() = %v", err)
 	}
 	if err := a.stop(gh); err != nil {
 		t.Errorf("Run returned %v, want nil", err)
 	}
-	if l := gh.lease(a.g.MemberLease()); l != nil {
+	if l := gh.lease(memberLease(testName, "a")); l != nil {
 		t.Errorf("member Lease still there after Run returned: %+v", l.Spec)
 	}
 }
@@ -178,8 +191,8 @@ func TestGroupsSeeEachOther(t *testing.T) {
 	b := gh.start("b", 2)
 	gh.step(2 * time.Second)
 	for _, r := range []*groupRun{a, b} {
-		if v := r.g.View(); !slices.Equal(v.Members, []string{"a", "b"}) {
-			t.Errorf("%s sees members %v, want [a b]", r.g.Identity(), v.Members)
+		if v := r.g.view(); !slices.Equal(v.Members, []string{"a", "b"}) {
+			t.Errorf("%s sees members %v, want [a b]", r.id, v.Members)
 		}
 	}
 	// b leaves: its Lease goes at once, a counts one fewer at its next list.
@@ -187,7 +200,7 @@ func TestGroupsSeeEachOther(t *testing.T) {
 		t.Fatal(err)
 	}
 	gh.step(2 * time.Second)
-	if v := a.g.View(); !slices.Equal(v.Members, []string{"a"}) {
+	if v := a.g.view(); !slices.Equal(v.Members, []string{"a"}) {
 		t.Errorf("after b left, a sees %v", v.Members)
 	}
 }
@@ -207,17 +220,17 @@ func TestGroupMembersLiveByObservedTime(t *testing.T) {
 			gh.putLease(memberLease(testName, "x"), "x", 10, tc.renew)
 			gh.putLease(testName+"-member-00000000", "y", 10, t0) // not y's name: not a member
 			a := gh.start("a", 2)
-			if v := a.g.View(); !slices.Equal(v.Members, []string{"a", "x"}) {
+			if v := a.g.view(); !slices.Equal(v.Members, []string{"a", "x"}) {
 				t.Fatalf("members %v, want [a x]", v.Members)
 			}
 			gh.step(8 * time.Second)
 			gh.putLease(memberLease(testName, "x"), "x", 10, tc.renew) // x renews at 8s, a lists it at 10s
 			gh.step(8 * time.Second)                                   // 16s
-			if v := a.g.View(); !slices.Equal(v.Members, []string{"a", "x"}) {
+			if v := a.g.view(); !slices.Equal(v.Members, []string{"a", "x"}) {
 				t.Errorf("at 16s, x's change seen at 10s for 10s: members %v, want [a x]", v.Members)
 			}
 			gh.step(4 * time.Second) // 20s: 10s after a saw x's last change
-			if v := a.g.View(); !slices.Equal(v.Members, []string{"a"}) {
+			if v := a.g.view(); !slices.Equal(v.Members, []string{"a"}) {
 				t.Errorf("at 20s, x unchanged for 10s: members %v, want [a]", v.Members)
 			}
 		})
@@ -226,29 +239,26 @@ func TestGroupMembersLiveByObservedTime(t *testing.T) {
 
 func TestGroupHolders(t *testing.T) {
 	gh := newGroupHarness(t)
-	g, err := NewGroup(gh.api.cs.CoordinationV1(), gh.h.config("a"), 4)
-	if err != nil {
-		t.Fatal(err)
+	g := gh.newGroup("a", 4)
+	if g.shardLease(2) != testName+"-shard-2-of-4" {
+		t.Errorf("ShardLease(2) = %q", g.shardLease(2))
 	}
-	if g.ShardLease(2) != testName+"-shard-2-of-4" {
-		t.Errorf("ShardLease(2) = %q", g.ShardLease(2))
-	}
-	gh.putLease(g.ShardLease(0), "x", 10, t0.Add(time.Hour))
-	gh.putLease(g.ShardLease(1), "", 10, t0)                  // vacated
-	gh.putLease(g.ShardLease(2), "y", 30, t0.Add(-time.Hour)) // long ago by its clock
+	gh.putLease(g.shardLease(0), "x", 10, t0.Add(time.Hour))
+	gh.putLease(g.shardLease(1), "", 10, t0)                  // vacated
+	gh.putLease(g.shardLease(2), "y", 30, t0.Add(-time.Hour)) // long ago by its clock
 	gh.putLease(testName+"-shard-3-of-5", "z", 30, t0)        // another K
 	gh.putLease("other-shard-3-of-4", "z", 30, t0)            // another group
 	a := gh.start("a", 4)
-	if v := a.g.View(); !slices.Equal(v.Holders, []string{"x", "", "y", ""}) {
+	if v := a.g.view(); !slices.Equal(v.Holders, []string{"x", "", "y", ""}) {
 		t.Errorf("holders %q, want [x  y  ]", v.Holders)
 	}
 	gh.step(10 * time.Second) // x's claim unchanged for its 10s: free
-	if v := a.g.View(); !slices.Equal(v.Holders, []string{"", "", "y", ""}) {
+	if v := a.g.view(); !slices.Equal(v.Holders, []string{"", "", "y", ""}) {
 		t.Errorf("after 10s: holders %q, want [ _ y _]", v.Holders)
 	}
-	gh.putLease(a.g.ShardLease(3), "a", 10, t0)
+	gh.putLease(a.g.shardLease(3), "a", 10, t0)
 	gh.step(2 * time.Second)
-	if v := a.g.View(); !slices.Equal(v.Holders, []string{"", "", "y", "a"}) {
+	if v := a.g.view(); !slices.Equal(v.Holders, []string{"", "", "y", "a"}) {
 		t.Errorf("holders %q, want [_ _ y a]", v.Holders)
 	}
 }
@@ -259,7 +269,7 @@ func TestGroupChanged(t *testing.T) {
 	gh.putLease(memberLease(testName, "b"), "b", 10, t0)
 	drain := func() bool {
 		select {
-		case <-a.g.Changed():
+		case <-a.g.changed:
 			return true
 		default:
 			return false
@@ -273,7 +283,7 @@ func TestGroupChanged(t *testing.T) {
 	if drain() {
 		t.Error("a signal after a list that changed nothing")
 	}
-	gh.putLease(a.g.ShardLease(1), "b", 10, t0)
+	gh.putLease(a.g.shardLease(1), "b", 10, t0)
 	gh.step(2 * time.Second)
 	if !drain() {
 		t.Error("no signal after b took shard 1")
@@ -284,7 +294,7 @@ func TestGroupChanged(t *testing.T) {
 	}
 	gh.putLease(memberLease(testName, "c"), "c", 10, t0)
 	gh.step(2 * time.Second)
-	if v := a.g.View(); !slices.Equal(v.Members, []string{"a", "c"}) {
+	if v := a.g.view(); !slices.Equal(v.Members, []string{"a", "c"}) {
 		t.Fatalf("members %v, want [a c]", v.Members)
 	}
 	if !drain() {
@@ -295,11 +305,11 @@ func TestGroupChanged(t *testing.T) {
 func TestGroupLeavesOnlyItsOwnLease(t *testing.T) {
 	gh := newGroupHarness(t)
 	a := gh.start("a", 2)
-	gh.putLease(a.g.MemberLease(), "someone-else", 10, t0) // the name's hash collides
+	gh.putLease(memberLease(testName, "a"), "someone-else", 10, t0) // the name's hash collides
 	if err := a.stop(gh); err != nil {
 		t.Fatal(err)
 	}
-	if l := gh.lease(a.g.MemberLease()); l == nil || holderOf(l) != "someone-else" {
+	if l := gh.lease(memberLease(testName, "a")); l == nil || holderOf(l) != "someone-else" {
 		t.Errorf("another's member Lease deleted or changed: %+v", l)
 	}
 }
@@ -316,12 +326,12 @@ func TestGroupHealthAndFatalErrors(t *testing.T) {
 	a := gh.start("a", 2)
 	fail.Store("list", apierrors.NewServiceUnavailable("busy"))
 	gh.step(2 * time.Second)
-	if err := a.g.Healthy(); !apierrors.IsServiceUnavailable(err) {
+	if err := a.g.healthy(); !apierrors.IsServiceUnavailable(err) {
 		t.Errorf("Healthy() = %v, want the list failure", err)
 	}
 	fail.Delete("list")
 	gh.step(2 * time.Second)
-	if err := a.g.Healthy(); err != nil {
+	if err := a.g.healthy(); err != nil {
 		t.Errorf("Healthy() = %v after a list succeeded", err)
 	}
 	fail.Store("list", apierrors.NewForbidden(leaseGVR.GroupResource(), "", errors.New("no")))
@@ -337,44 +347,51 @@ func TestGroupHealthAndFatalErrors(t *testing.T) {
 	if !apierrors.IsForbidden(a.err) {
 		t.Errorf("Run returned %v, want Forbidden", a.err)
 	}
-	if l := gh.lease(a.g.MemberLease()); l != nil {
+	if l := gh.lease(memberLease(testName, "a")); l != nil {
 		t.Error("member Lease left behind after a fatal error")
 	}
 }
 
-func TestNewGroupRejectsInvalidConfig(t *testing.T) {
-	h := newHarness(t)
-	client := h.api.cs.CoordinationV1()
+func TestNewCoordinatorRejectsInvalidConfig(t *testing.T) {
+	client := newFakeLeases().cs.CoordinationV1()
+	lw := &cache.ListWatch{}
+	build := func(int, leader.Config, cache.ListerWatcher) (*fakePipeline, error) { return nil, nil }
 	for _, tc := range []struct {
 		label  string
-		client bool
 		mutate func(*Config)
-		shards int
+		lw     cache.ListerWatcher
 		field  string
 	}{
-		{"nil client", false, func(*Config) {}, 2, "Leases"},
-		{"no name", true, func(c *Config) { c.Name = "" }, 2, "Name"},
-		{"renew grace too long", true, func(c *Config) { c.RenewGrace = time.Minute }, 2, "RenewGrace"},
-		{"zero shards", true, func(*Config) {}, 0, "Shards"},
-		{"negative shards", true, func(*Config) {}, -1, "Shards"},
-		{"name too long for the shard Leases", true, func(c *Config) { c.Name = strings.Repeat("n", 245) }, 2, "Name"},
+		{"nil client", func(c *Config) { c.Leases = nil }, lw, "Leases"},
+		{"nil ListerWatcher", func(*Config) {}, nil, "ListerWatcher"},
+		{"no name", func(c *Config) { c.Lease.Name = "" }, lw, "Lease.Name"},
+		{"renew grace too long", func(c *Config) { c.Lease.RenewGrace = time.Minute }, lw, "Lease.RenewGrace"},
+		{"one shard", func(c *Config) { c.Shards = 1 }, lw, "Shards"},
+		{"negative shards", func(c *Config) { c.Shards = -1 }, lw, "Shards"},
+		{"too many shards", func(c *Config) { c.Shards = MaxShards + 1 }, lw, "Shards"},
+		{"name too long for the shard Leases", func(c *Config) { c.Lease.Name = strings.Repeat("n", 245) }, lw, "Lease.Name"},
+		{"a Lease client with client-go's rate limiter", func(c *Config) { c.Leases = throttledLeases(t) }, lw, "Leases"},
 	} {
 		t.Run(tc.label, func(t *testing.T) {
-			cfg := h.config("a")
+			cfg := Config{Shards: 2, Leases: client, Lease: leader.Config{Namespace: testNS, Name: testName, Identity: "a"}}
 			tc.mutate(&cfg)
-			var err error
-			if tc.client {
-				_, err = NewGroup(client, cfg, tc.shards)
-			} else {
-				_, err = NewGroup(nil, cfg, tc.shards)
-			}
-			var ce *ConfigError
-			if !errors.As(err, &ce) || !errors.Is(err, ErrInvalidConfig) {
-				t.Fatalf("err = %v, want a *ConfigError", err)
+			_, err := NewCoordinator(cfg, tc.lw, build)
+			var ce *outcome.ConfigError
+			if !errors.As(err, &ce) || !errors.Is(err, outcome.ErrInvalidConfig) {
+				t.Fatalf("err = %v, want a *outcome.ConfigError", err)
 			}
 			if ce.Field != tc.field {
 				t.Errorf("err %v names %s, want %s", err, ce.Field, tc.field)
 			}
 		})
 	}
+}
+
+// throttledLeases is a Lease client with client-go's limiter at QPS 5.
+func throttledLeases(t *testing.T) coordinationv1client.LeasesGetter {
+	c, err := coordinationv1client.NewForConfig(&rest.Config{Host: "http://127.0.0.1:1", QPS: 5, Burst: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -1,9 +1,9 @@
-package leader_test
+package shard_test
 
 import (
 	"fmt"
 
-	"github.com/quietpatch/quietpatch/leader"
+	"github.com/quietpatch/quietpatch/statuspatch/shard"
 )
 
 // Three replicas hold two shards each of six; a fourth joins, holding
@@ -11,7 +11,7 @@ import (
 // one shard up; the others do nothing; the newcomer waits for it to be
 // free.
 func ExamplePlan() {
-	view := leader.View{
+	view := shard.View{
 		Members: []string{"a", "b", "c", "d"},
 		Holders: []string{"a", "a", "b", "b", "c", "c"},
 	}
@@ -22,12 +22,12 @@ func ExamplePlan() {
 				mine = append(mine, i)
 			}
 		}
-		take, stop := leader.Plan(me, view, mine)
+		take, stop := shard.Plan(me, view, mine)
 		fmt.Printf("%s: take %v, give up %v\n", me, take, stop)
 	}
 	// Once shard 1 is free, only the starved replica takes it.
 	view.Holders[1] = ""
-	take, _ := leader.Plan("d", view, nil)
+	take, _ := shard.Plan("d", view, nil)
 	fmt.Println("d then takes", take)
 	// Output:
 	// a: take [], give up [1]

@@ -1,4 +1,4 @@
-package leader
+package shard
 
 import (
 	"context"
@@ -15,36 +15,38 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/utils/clock"
+
+	"github.com/quietpatch/quietpatch/leader"
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
-// Group is one replica's view of a sharded pipeline: the replicas alive and
-// who holds each of its shards. It keeps a membership Lease of its own
-// (named [Group.MemberLease], renewed like a claim and deleted when Run
-// stops, so the others count one replica fewer at once), and lists the
-// namespace's Leases every RetryPeriod.
+// group is one replica's membership of a shard group: the replicas alive
+// and who holds each shard. It keeps a membership Lease of its own (named
+// by memberLease, renewed like a claim and deleted when run stops, so the
+// others count one replica fewer at once), and lists the namespace's
+// Leases every RetryPeriod.
 //
-// A replica is alive, and a shard held, by the rule of [Claimer]: the
+// A replica is alive, and a shard held, by the rule of leader.Claimer: the
 // Lease names a holder and changed less than its leaseDurationSeconds ago
 // on this replica's clock (observed time, so clock skew between replicas
-// does not matter). [Plan] turns a [View] into what to take and give up.
-// Group writes only its own membership Lease; the shard Leases are each
-// shard's [Claimer]'s.
-type Group struct {
+// does not matter). [Plan] turns its [View] into what to take and give up.
+// It writes only its own membership Lease; the shard Leases are each
+// shard's claimer's.
+type group struct {
 	leases coordinationv1client.LeaseInterface
-	cfg    Config
+	client coordinationv1client.LeasesGetter // for WarnUnsizedLimiter at run
+	cfg    leader.Config
 	shards int
 	clk    clock.Clock
 	log    *slog.Logger
 
 	mu      sync.Mutex
-	seen    map[string]observed // by Lease name
+	known   map[string]observed // by Lease name
 	members []string
 	holders []string
 	lists   int   // successful lists
 	err     error // last list or renewal failure, nil once one succeeds
 	changed chan struct{}
-
-	unsizedLimiter string // its type, logged at Run: see CheckLeaseClient
 }
 
 type observed struct {
@@ -54,67 +56,47 @@ type observed struct {
 	dur    time.Duration
 }
 
-// View is a snapshot of a [Group]: Members are the identities alive,
-// sorted; Holders[i] is the holder of shard i's current claim, "" when the
-// shard is free (no holder, or its claim ran out).
-type View struct {
-	Members []string
-	Holders []string
-}
-
-// NewGroup returns the Group of shards shards named cfg.Name in
-// cfg.Namespace, for the replica cfg.Identity. Of cfg it uses Namespace,
-// Name, Identity, LeaseDuration, RenewGrace, RetryPeriod, CallTimeout, Clock
-// and Logger, with Claimer's defaults and rules.
-func NewGroup(client coordinationv1client.LeasesGetter, cfg Config, shards int) (*Group, error) {
-	if client == nil {
-		return nil, &ConfigError{Field: "Leases", Reason: "must not be nil"}
-	}
-	if err := CheckLeaseClient(client); err != nil {
+// newGroup returns the group of shards shards named cfg.Name in
+// cfg.Namespace, for the replica cfg.Identity. cfg has leader's defaults
+// applied (leader.Config.Complete); of it the group uses Namespace, Name,
+// Identity, LeaseDuration, RenewGrace, RetryPeriod, CallTimeout, Clock and
+// Logger.
+func newGroup(client coordinationv1client.LeasesGetter, cfg leader.Config, shards int) (*group, error) {
+	if err := leader.CheckLeaseClient(client); err != nil {
 		return nil, err
 	}
-	cfg, err := cfg.withDefaults()
-	if err != nil {
-		return nil, err
-	}
-	if shards < 1 {
-		return nil, &ConfigError{Field: "Shards", Reason: fmt.Sprintf("must be >= 1, got %d", shards)}
-	}
-	g := &Group{
+	g := &group{client: client,
 		leases: client.Leases(cfg.Namespace), cfg: cfg, shards: shards, clk: cfg.Clock,
-		log: cfg.Logger, seen: map[string]observed{}, holders: make([]string, shards),
-		changed: make(chan struct{}, 1), unsizedLimiter: unsizedLimiter(client),
+		log: cfg.Logger, known: map[string]observed{}, holders: make([]string, shards),
+		changed: make(chan struct{}, 1),
 	}
 	for i := range shards {
-		if name := g.ShardLease(i); len(name) > 253 {
-			return nil, &ConfigError{Field: "Name", Reason: fmt.Sprintf("is too long for the shard Lease names (%q)", name)}
+		if name := g.shardLease(i); len(name) > 253 {
+			return nil, &outcome.ConfigError{Field: "Lease.Name", Reason: fmt.Sprintf("is too long for the shard Lease names (%q)", name)}
 		}
 	}
 	return g, nil
 }
 
-// ShardLease is the name of shard i's Lease: <Name>-shard-<i>-of-<K>. The
+// shardLease is the name of shard i's Lease: <Name>-shard-<i>-of-<K>. The
 // count is part of the name, so that deployments with different K never
 // share a Lease for different ranges.
-func (g *Group) ShardLease(i int) string {
-	return fmt.Sprintf("%s-shard-%d-of-%d", g.cfg.Name, i, g.shards)
-}
+func (g *group) shardLease(i int) string { return LeaseName(g.cfg.Name, i, g.shards) }
 
-// MemberLease is the name of this replica's membership Lease:
-// <Name>-member-<FNV-1a of the identity, 8 hex digits>.
-func (g *Group) MemberLease() string { return memberLease(g.cfg.Name, g.cfg.Identity) }
+// LeaseName is the name of shard i's Lease of k, for the Lease name:
+// <name>-shard-<i>-of-<k>.
+func LeaseName(name string, i, k int) string { return fmt.Sprintf("%s-shard-%d-of-%d", name, i, k) }
 
+// memberLease is the name of the membership Lease of the replica id:
+// <name>-member-<FNV-1a of id, 8 hex digits>.
 func memberLease(name, id string) string {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(id))
 	return fmt.Sprintf("%s-member-%08x", name, h.Sum32())
 }
 
-// Identity is this replica's identity.
-func (g *Group) Identity() string { return g.cfg.Identity }
-
-// View returns the latest view; this replica is always among the Members.
-func (g *Group) View() View {
+// view returns the latest view; this replica is always among the Members.
+func (g *group) view() View {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.refreshLocked(g.clk.Now())
@@ -126,51 +108,46 @@ func (g *Group) View() View {
 	return v
 }
 
-// Seen says when the Group first saw the Lease name at resourceVersion
-// rv, if it did and that is still its latest list: [Config].Seen of the
-// shards' claimers.
-func (g *Group) Seen(name, rv string) (time.Time, bool) {
+// seen says when the group first saw the Lease name at resourceVersion
+// rv, if it did and that is still its latest list: leader.Config.Seen of
+// the shards' claimers.
+func (g *group) seen(name, rv string) (time.Time, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	o, ok := g.seen[name]
+	o, ok := g.known[name]
 	if !ok || o.rv != rv {
 		return time.Time{}, false
 	}
 	return o.at, true
 }
 
-// Lists returns how many lists of the Leases have succeeded. A replica
+// listed returns how many lists of the Leases have succeeded. A replica
 // that plans only after two has seen every replica that started within a
 // RetryPeriod of it (each creates its membership Lease before its first
 // list), so replicas started together do not all take every shard first.
-func (g *Group) Lists() int {
+func (g *group) listed() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.lists
 }
 
-// Changed receives a value after a list changed the view.
-func (g *Group) Changed() <-chan struct{} { return g.changed }
-
-// Healthy returns the last failure to list the Leases or renew the
+// healthy returns the last failure to list the Leases or renew the
 // membership Lease, nil once a later attempt succeeded.
-func (g *Group) Healthy() error {
+func (g *group) healthy() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.err
 }
 
-// Run renews the membership Lease and lists the Leases until ctx is
+// run renews the membership Lease and lists the Leases until ctx is
 // cancelled, then deletes the membership Lease (a fresh CallTimeout) and
-// returns nil. Failures are retried every RetryPeriod; Run returns early
+// returns nil. Failures are retried every RetryPeriod; run returns early
 // only for an error retrying cannot fix (Forbidden, Unauthorized, Invalid).
-func (g *Group) Run(ctx context.Context) error {
+func (g *group) run(ctx context.Context) error {
 	g.log.Info("leader: joining the shard group", slog.String("group", g.cfg.Name),
-		slog.String("member", g.MemberLease()), slog.Int("shards", g.shards))
+		slog.String("member", memberLease(g.cfg.Name, g.cfg.Identity)), slog.Int("shards", g.shards))
 	defer g.leave()
-	if g.unsizedLimiter != "" {
-		g.log.Warn(limiterWarning, "limiter", g.unsizedLimiter)
-	}
+	leader.WarnUnsizedLimiter(g.log, g.client)
 	var renewed time.Time
 	period := g.cfg.LeaseDuration - g.cfg.RenewGrace
 	for {
@@ -188,7 +165,7 @@ func (g *Group) Run(ctx context.Context) error {
 		g.err = err
 		g.mu.Unlock()
 		if err != nil && ctx.Err() == nil {
-			if fatal(err) {
+			if outcome.Permanent(err) {
 				return fmt.Errorf("leader: shard group %s: %w", g.cfg.Name, err)
 			}
 			g.log.Debug("leader: shard group request failed; retrying", slog.Any("err", err))
@@ -201,10 +178,10 @@ func (g *Group) Run(ctx context.Context) error {
 	}
 }
 
-func (g *Group) renew(ctx context.Context, now time.Time) error {
+func (g *group) renew(ctx context.Context, now time.Time) error {
 	cctx, cancel := context.WithTimeout(ctx, g.cfg.CallTimeout)
 	defer cancel()
-	name := g.MemberLease()
+	name := memberLease(g.cfg.Name, g.cfg.Identity)
 	spec := coordv1.LeaseSpec{
 		HolderIdentity:       ptr(g.cfg.Identity),
 		LeaseDurationSeconds: ptr(int32(g.cfg.LeaseDuration / time.Second)),
@@ -229,7 +206,7 @@ func (g *Group) renew(ctx context.Context, now time.Time) error {
 	return err
 }
 
-func (g *Group) list(ctx context.Context) error {
+func (g *group) list(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, g.cfg.CallTimeout)
 	defer cancel()
 	list, err := g.leases.List(cctx, metav1.ListOptions{})
@@ -240,20 +217,20 @@ func (g *Group) list(ctx context.Context) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	before := View{Members: slices.Clone(g.members), Holders: slices.Clone(g.holders)} // refreshLocked reuses both
-	next := make(map[string]observed, len(g.seen))
+	next := make(map[string]observed, len(g.known))
 	for i := range list.Items {
 		l := &list.Items[i]
 		if !strings.HasPrefix(l.Name, g.cfg.Name+"-") {
 			continue
 		}
-		o, ok := g.seen[l.Name]
+		o, ok := g.known[l.Name]
 		if !ok || o.rv != l.ResourceVersion {
 			o = observed{rv: l.ResourceVersion, at: now}
 		}
 		o.holder, o.dur = holderOf(l), durationOf(l)
 		next[l.Name] = o
 	}
-	g.seen = next
+	g.known = next
 	g.lists++
 	g.refreshLocked(now)
 	if !slices.Equal(before.Members, g.members) || !slices.Equal(before.Holders, g.holders) {
@@ -266,11 +243,11 @@ func (g *Group) list(ctx context.Context) error {
 }
 
 // refreshLocked recomputes members and holders from seen at now.
-func (g *Group) refreshLocked(now time.Time) {
+func (g *group) refreshLocked(now time.Time) {
 	alive := func(o observed) bool { return o.holder != "" && now.Before(o.at.Add(o.dur)) }
 	g.members = g.members[:0]
 	prefix := g.cfg.Name + "-member-"
-	for name, o := range g.seen {
+	for name, o := range g.known {
 		if strings.HasPrefix(name, prefix) && alive(o) && name == memberLease(g.cfg.Name, o.holder) {
 			g.members = append(g.members, o.holder)
 		}
@@ -279,17 +256,17 @@ func (g *Group) refreshLocked(now time.Time) {
 	g.members = slices.Compact(g.members)
 	for i := range g.holders {
 		g.holders[i] = ""
-		if o, ok := g.seen[g.ShardLease(i)]; ok && alive(o) {
+		if o, ok := g.known[g.shardLease(i)]; ok && alive(o) {
 			g.holders[i] = o.holder
 		}
 	}
 }
 
 // leave deletes the membership Lease, if it still names us.
-func (g *Group) leave() {
+func (g *group) leave() {
 	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.CallTimeout)
 	defer cancel()
-	name := g.MemberLease()
+	name := memberLease(g.cfg.Name, g.cfg.Identity)
 	lease, err := g.leases.Get(ctx, name, metav1.GetOptions{})
 	if err == nil && holderOf(lease) == g.cfg.Identity {
 		err = g.leases.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &lease.ResourceVersion}})
@@ -300,3 +277,21 @@ func (g *Group) leave() {
 	}
 	g.log.Info("leader: left the shard group", slog.String("group", g.cfg.Name), slog.String("member", name))
 }
+
+func holderOf(l *coordv1.Lease) string {
+	if l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// durationOf returns the Lease's leaseDurationSeconds; a missing or
+// non-positive value counts as zero (the claim runs out when observed).
+func durationOf(l *coordv1.Lease) time.Duration {
+	if l.Spec.LeaseDurationSeconds == nil || *l.Spec.LeaseDurationSeconds <= 0 {
+		return 0
+	}
+	return time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+}
+
+func ptr[T any](v T) *T { return &v }

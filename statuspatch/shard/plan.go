@@ -1,9 +1,17 @@
-package leader
+package shard
 
 import (
 	"hash/fnv"
 	"slices"
 )
+
+// View is one replica's view of the shard group: Members are the
+// identities alive, sorted; Holders[i] is the holder of shard i's current
+// claim, "" when the shard is free (no holder, or its claim ran out).
+type View struct {
+	Members []string
+	Holders []string
+}
 
 // Plan says what the replica me, running the shards in mine (holding them
 // or competing for them), should do given v: which free shards to start

@@ -1,0 +1,145 @@
+package statuspatch
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/quietpatch/quietpatch/leader"
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
+)
+
+// serve sends the patch key needs, if any, with a permit held; it gives
+// the permit back. A key served without a call is counted and logged with
+// the reason.
+func (d *Dispatcher[O, S, P]) serve(key types.NamespacedName) {
+	if reason, err := d.send(key); reason != "" {
+		d.drop(key, reason, err)
+		d.gate.release() // a call gives it back when it ends
+	}
+}
+
+// send makes the call key needs now, or says why there is none.
+func (d *Dispatcher[O, S, P]) send(key types.NamespacedName) (reason string, err error) {
+	for {
+		select {
+		case <-d.stop:
+			return dropShutdown, nil
+		default:
+		}
+		now := d.opts.Clock.Now()
+		claim := d.leader.Current()
+		if !claim.IsCurrentFor(d.leader.Identity(), now) {
+			return dropNotLeader, nil
+		}
+		left := claim.Remaining(now)
+		if left < d.claimMargin() {
+			return dropClaimEnding, nil
+		}
+		payload, reason, err := d.build(key)
+		if reason != "" {
+			return reason, err
+		}
+		// The window is checked at the moment the call is made: one may
+		// have opened since the key was taken.
+		if wait, _ := d.window.leftAt(d.opts.Clock.Now()); wait > 0 {
+			t := d.opts.Clock.NewTimer(wait)
+			select {
+			case <-t.C():
+				continue // build again from the cache as it is then
+			case <-d.stop:
+				t.Stop()
+				return dropShutdown, nil
+			}
+		}
+		c, reason := d.fence.beginAt(claim.Epoch, d.opts.Clock.Now())
+		if reason != "" {
+			return reason, nil
+		}
+		d.call(key, c, payload, min(d.opts.PatchTimeout, left))
+		return "", nil
+	}
+}
+
+// claim returns the latest claim and whether it is ours now.
+func (d *Dispatcher[O, S, P]) claim() (leader.Claim, bool) {
+	c := d.leader.Current()
+	return c, c.IsCurrentFor(d.leader.Identity(), d.opts.Clock.Now())
+}
+
+// build gets the object and builds its patch, or says why there is none.
+func (d *Dispatcher[O, S, P]) build(key types.NamespacedName) (payload P, reason string, err error) {
+	stage := "Source.Get"
+	defer func() {
+		if v := recover(); v != nil {
+			reason, err = dropError, fmt.Errorf("%s panicked: %v", stage, v)
+		}
+	}()
+	obj, found, err := d.src.Get(key)
+	switch {
+	case err != nil:
+		return payload, dropError, err
+	case !found:
+		return payload, dropDeleted, nil
+	}
+	stage = "StatusComputer"
+	current := d.comp.Current(obj)
+	desired, err := d.comp.Desired(obj)
+	if err != nil {
+		return payload, dropError, fmt.Errorf("desired status: %w", err)
+	}
+	if d.comp.Equal(current, desired) {
+		return payload, dropUnchanged, nil
+	}
+	if payload, err = d.comp.Patch(obj, desired); err != nil {
+		return payload, dropError, fmt.Errorf("build patch: %w", err)
+	}
+	if d.opts.Logger.Enabled(context.Background(), slog.LevelDebug) {
+		d.opts.Logger.Debug("statuspatch: sending patch", slog.String("key", key.String()),
+			slog.String("diff", safeDiff(current, desired, d.opts.DiffOptions)))
+	}
+	return payload, "", nil
+}
+
+// end ends a call that took latency and ended with err: the fence and the
+// window learn how, the controller sets the gate's size, and the call's
+// permit is given back.
+func (d *Dispatcher[O, S, P]) end(c call, latency time.Duration, err error, answered bool) {
+	now := d.opts.Clock.Now()
+	inFlight := d.fence.end(c, answered)
+	d.window.extendAt(now, err)
+	d.mu.Lock()
+	d.ctl = d.ctl.next(sample{at: now, latency: latency, outcome: outcome.Of(err), saturated: inFlight >= d.ctl.size()})
+	d.gate.setSize(d.ctl.size())
+	d.mu.Unlock()
+	d.gate.release()
+}
+
+// control returns the controller's state.
+func (d *Dispatcher[O, S, P]) control() control {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.ctl
+}
+
+// drop counts and logs a key served without a call.
+func (d *Dispatcher[O, S, P]) drop(key types.NamespacedName, reason string, err error) {
+	d.dropped.Add(reason)
+	if d.opts.Logger.Enabled(context.Background(), slog.LevelDebug) {
+		d.opts.Logger.Debug("statuspatch: no patch sent", slog.String("key", key.String()),
+			slog.String("reason", string(reason)), slog.Any("error", err))
+	}
+}
+
+// claimMargin is Options.ClaimMargin, or twice the latency estimate within
+// [MinClaimMargin, PatchTimeout/2].
+func (d *Dispatcher[O, S, P]) claimMargin() time.Duration {
+	if d.opts.ClaimMargin > 0 {
+		return d.opts.ClaimMargin
+	}
+	est := time.Duration(2 * d.control().estimate * float64(time.Second))
+	return min(max(MinClaimMargin, est), d.opts.PatchTimeout/2)
+}
