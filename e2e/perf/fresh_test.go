@@ -211,7 +211,7 @@ func statusSummary(st gatewayv1.HTTPRouteStatus) string {
 // last successful patch). The storm and every change must be over within
 // freshDeadline. Afterwards the k routes are pointed back at their backend
 // and converged again with plain patches, so the storm can be used again.
-func (s *storm) runFresh(ctx context.Context, tb testing.TB, k int, delay time.Duration) (freshResult, error) {
+func (s *storm) runFresh(ctx context.Context, tb testing.TB, k int, delay time.Duration, run controllerRun) (freshResult, error) {
 	n := len(s.keys)
 	deadline := freshDeadline(n)
 	ctx, cancel := context.WithTimeout(ctx, 2*deadline) // the run's set-up, the storm, the restore
@@ -225,7 +225,7 @@ func (s *storm) runFresh(ctx context.Context, tb testing.TB, k int, delay time.D
 	if err != nil {
 		return freshResult{}, err
 	}
-	res, err := s.runController(ctx, tb, controllerRun{alongside: func(ctx context.Context, start time.Time) error {
+	run.alongside = func(ctx context.Context, start time.Time) error {
 		ctx, cancel := context.WithDeadline(ctx, start.Add(deadline))
 		defer cancel()
 		t := time.NewTimer(time.Until(start.Add(delay)))
@@ -247,7 +247,8 @@ func (s *storm) runFresh(ctx context.Context, tb testing.TB, k int, delay time.D
 			c.correct, c.final, err = s.watchCorrect(ctx, r)
 			return err
 		})
-	}})
+	}
+	res, err := s.runController(ctx, tb, run)
 	out := freshResult{routes: n, storm: res, changes: changes}
 	if err == nil {
 		// The API server counts a request just after answering it.
@@ -338,7 +339,7 @@ func BenchmarkFreshChange(b *testing.B) {
 	w := shared.get(b)
 	s := storms.sized(b, w, w.cfg.FreshRoutes)
 	ctx := benchContext(b, 3*freshDeadline(len(s.keys)))
-	res, err := s.runFresh(ctx, b, freshChanges, freshDelay)
+	res, err := s.runFresh(ctx, b, freshChanges, freshDelay, controllerRun{name: "fresh"})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -374,7 +375,7 @@ func TestFreshChangeSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.stopInformer)
-	res, err := s.runFresh(ctx, t, freshChanges, 200*time.Millisecond)
+	res, err := s.runFresh(ctx, t, freshChanges, 200*time.Millisecond, controllerRun{name: "fresh-smoke"})
 	if err != nil {
 		t.Fatal(err)
 	}
