@@ -430,6 +430,9 @@ type controllerRun struct {
 	lease bool
 	// name names the run's profiles (QP_PERF_PROFILE).
 	name string
+	// seen, if set, is called with every route the controller's informer
+	// delivers (added or updated), from a handler of its own.
+	seen func(*gatewayv1.HTTPRoute)
 }
 
 // runController is the library's storm: quietpatch.New, as a user would
@@ -463,6 +466,18 @@ func (s *storm) runController(ctx context.Context, tb testing.TB, run controller
 	routes, gateways := &removable{SharedIndexInformer: inf}, &removable{SharedIndexInformer: w.gateways}
 	defer routes.removeHandlers()
 	defer gateways.removeHandlers()
+	if run.seen != nil {
+		seen := func(obj any) {
+			if r, ok := obj.(*gatewayv1.HTTPRoute); ok {
+				run.seen(r)
+			}
+		}
+		if _, err := routes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: seen, UpdateFunc: func(_, obj any) { seen(obj) },
+		}); err != nil {
+			return stormResult{}, err
+		}
+	}
 	// The storm Gateway affects every storm route, as the example's
 	// Dependency on Gateways maps it (through its index): more keys than
 	// FreshFanout, so its events make a pass.
@@ -663,6 +678,7 @@ type stormMode struct {
 	name    string
 	plain   bool
 	cold    bool
+	static  bool // cold with a static claim: leading before the informer's first list is delivered
 	workers int
 }
 
@@ -688,9 +704,12 @@ func parseStormModes(s string) ([]stormMode, error) {
 			continue
 		}
 		rest, cold := strings.CutPrefix(f, "converge-")
+		if cold {
+			rest, m.static = strings.CutPrefix(rest, "static-")
+		}
 		dm, err := parseModes(rest)
 		if err != nil || len(dm) != 1 {
-			return nil, fmt.Errorf("mode %q is neither plain-N nor [converge-]adaptive or [converge-]fixed-N", f)
+			return nil, fmt.Errorf("mode %q is neither plain-N nor [converge-[static-]]adaptive or [converge-[static-]]fixed-N", f)
 		}
 		m.cold, m.workers = cold, dm[0].workers
 		out = append(out, m)
@@ -715,7 +734,9 @@ func parseStormModes(s string) ([]stormMode, error) {
 //     —, with its status client from statuspatch.NewStatusPatcherForConfig
 //     under a ServiceAccount that may only patch HTTPRoute statuses (no
 //     client rate limit), running and idle when the Gateway flips;
-//   - converge-adaptive, converge-fixed-N: the first convergence — the
+//   - converge-adaptive, converge-fixed-N (converge-static-…: with a
+//     static claim, leading from the start, instead of a Lease): the
+//     first convergence — the
 //     Gateway flips while no controller runs, then the same controller
 //     starts on an informer of its own (a restarted process) and competes
 //     for a free Lease; measured from the moment it is ready (synced,
@@ -766,7 +787,7 @@ func BenchmarkStorm(b *testing.B) {
 				b.ReportMetric(res.routesPerSecond(n), "routes/s")
 				return
 			}
-			run := controllerRun{workers: m.workers, cold: m.cold, lease: m.cold, name: "storm-" + m.name}
+			run := controllerRun{workers: m.workers, cold: m.cold, lease: m.cold && !m.static, name: "storm-" + m.name}
 			if !m.cold && m.workers == 0 {
 				run.sample = w.cfg.StormSample
 			}

@@ -889,15 +889,24 @@ type routeComputer = statuspatch.ComputerFuncs[*gatewayv1.HTTPRoute, gatewayv1.H
 // computerFuncs returns the routeComputer; current, when set, replaces
 // reading the route's status.
 func (w *world) computerFuncs(current func(*gatewayv1.HTTPRoute) gatewayv1.HTTPRouteStatus) routeComputer {
+	desired := func(r *gatewayv1.HTTPRoute) (gatewayv1.HTTPRouteStatus, error) { return w.desired(r), nil }
 	if current == nil {
 		current = func(r *gatewayv1.HTTPRoute) gatewayv1.HTTPRouteStatus { return r.Status }
+		// As the example's controller does: a status found up to date is
+		// not built again.
+		desired = func(r *gatewayv1.HTTPRoute) (gatewayv1.HTTPRouteStatus, error) {
+			if w.computer.UpToDate(r, w.lookup) {
+				return r.Status, nil
+			}
+			return w.desired(r), nil
+		}
 	}
 	return routeComputer{
 		KeyFunc: func(r *gatewayv1.HTTPRoute) types.NamespacedName {
 			return types.NamespacedName{Namespace: r.Namespace, Name: r.Name}
 		},
 		CurrentFunc: current,
-		DesiredFunc: func(r *gatewayv1.HTTPRoute) (gatewayv1.HTTPRouteStatus, error) { return w.desired(r), nil },
+		DesiredFunc: desired,
 		EqualFunc:   routestatus.Equal,
 		PatchFunc:   buildPatch,
 	}
