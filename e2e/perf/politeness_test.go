@@ -201,13 +201,30 @@ func BenchmarkPoliteness(b *testing.B) {
 		alone.merge(comp.measure(ctx, slice))
 		b.Run(m.name, func(b *testing.B) {
 			var lat latencies
-			res, err := s.runController(ctx, b, controllerRun{workers: m.workers, during: func(ctx context.Context) { comp.run(ctx, &lat) }})
+			res, err := s.runController(ctx, b, controllerRun{workers: m.workers, sample: w.cfg.StormSample, name: "politeness-" + m.name,
+				during: func(ctx context.Context) { comp.run(ctx, &lat) }})
 			if err != nil {
 				b.Fatal(err)
 			}
-			b.Logf("%s storm: %d routes in %v; dispatcher limit %d", m.name, len(s.keys), res.took.Round(time.Millisecond), res.stats.Dispatcher.Limit)
+			var lim limitSampler
+			var est []float64
+			for _, smp := range res.samples {
+				lim.limits = append(lim.limits, smp.Limit)
+				if smp.Latency > 0 {
+					est = append(est, float64(smp.Latency)/float64(time.Millisecond))
+				}
+			}
+			slices.Sort(est)
+			latency := 0.0
+			if len(est) > 0 {
+				latency = est[len(est)/2]
+			}
+			b.Logf("%s storm: %d routes in %v; dispatcher limit %d (median %.0f), latency estimate median %.1f ms; %v", m.name, len(s.keys),
+				res.took.Round(time.Millisecond), res.stats.Dispatcher.Limit, lim.median(), latency, res.cpu)
 			report(b, &lat)
 			b.ReportMetric(res.routesPerSecond(len(s.keys)), "routes/s")
+			b.ReportMetric(lim.median(), "limit-median")
+			b.ReportMetric(latency, "latency-ms")
 		})
 	}
 	b.Run("alone", func(b *testing.B) {
