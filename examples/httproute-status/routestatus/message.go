@@ -82,7 +82,7 @@ func (m *message) appendTo(b []byte) []byte {
 		b = append(b, " do not accept HTTPRoutes (protocol or allowedRoutes.kinds), "...)
 		b = strconv.AppendInt(b, int64(m.n3), 10)
 		b = append(b, " do not allow routes from namespace "...)
-		b = strconv.AppendQuote(b, m.s3)
+		b = appendQuoted(b, m.s3)
 		b = append(b, '.')
 	case msgBackend:
 		b = backendPath{rule: m.n1, backend: m.n2, filter: m.n3}.appendTo(b)
@@ -90,9 +90,9 @@ func (m *message) appendTo(b []byte) []byte {
 		switch m.reason {
 		case gatewayv1.RouteReasonInvalidKind:
 			b = append(b, "unsupported backend kind "...)
-			b = strconv.AppendQuote(b, m.s1)
+			b = appendQuoted(b, m.s1)
 			b = append(b, " in group "...)
-			b = strconv.AppendQuote(b, m.s2)
+			b = appendQuoted(b, m.s2)
 			b = append(b, `; only Services (group "") are supported.`...)
 		case gatewayv1.RouteReasonRefNotPermitted:
 			b = append(b, "Service "...)
@@ -100,7 +100,7 @@ func (m *message) appendTo(b []byte) []byte {
 			b = append(b, '/')
 			b = append(b, m.s2...)
 			b = append(b, " is in another namespace and no ReferenceGrant there allows HTTPRoutes from namespace "...)
-			b = strconv.AppendQuote(b, m.s3)
+			b = appendQuoted(b, m.s3)
 			b = append(b, " to refer to it."...)
 		default:
 			b = appendServiceNotFound(b, m.s1, m.s2)
@@ -112,6 +112,19 @@ func (m *message) appendTo(b []byte) []byte {
 		}
 	}
 	return b
+}
+
+// appendQuoted appends s quoted as %q (strconv.Quote) does; names of
+// Kubernetes objects are printable ASCII, which needs no escaping.
+func appendQuoted(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' || c > '~' || c == '"' || c == '\\' {
+			return strconv.AppendQuote(b, s)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 func appendServiceNotFound(b []byte, ns, name string) []byte {
@@ -127,7 +140,7 @@ func appendServiceNotFound(b []byte, ns, name string) []byte {
 func appendSection(b []byte, section string, port int32) []byte {
 	if section != "" {
 		b = append(b, "named "...)
-		b = strconv.AppendQuote(b, section)
+		b = appendQuoted(b, section)
 		if port == 0 {
 			return b
 		}
