@@ -1,8 +1,11 @@
 package perf
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -197,6 +200,7 @@ func BenchmarkPoliteness(b *testing.B) {
 	// Alone: in slices before, between and after the storms, pooled.
 	slice := w.cfg.AloneFor / time.Duration(len(w.cfg.PolitenessModes)+1)
 	alone := &latencies{}
+	var points []CurvePoint
 	for _, m := range w.cfg.PolitenessModes {
 		alone.merge(comp.measure(ctx, slice))
 		b.Run(m.name, func(b *testing.B) {
@@ -225,10 +229,21 @@ func BenchmarkPoliteness(b *testing.B) {
 			b.ReportMetric(res.routesPerSecond(len(s.keys)), "routes/s")
 			b.ReportMetric(lim.median(), "limit-median")
 			b.ReportMetric(latency, "latency-ms")
+			points = append(points, CurvePoint{Mode: m.name, Limit: lim.median(), RoutesPerSecond: res.routesPerSecond(len(s.keys)),
+				P99Ms: float64(lat.quantile(0.99)) / float64(time.Millisecond)})
 		})
 	}
 	b.Run("alone", func(b *testing.B) {
 		alone.merge(comp.measure(ctx, w.cfg.AloneFor-slice*time.Duration(len(w.cfg.PolitenessModes))))
 		report(b, alone)
+		for i := range points {
+			points[i].AloneP99Ms = float64(alone.quantile(0.99)) / float64(time.Millisecond)
+		}
+		dir := cmp.Or(w.cfg.PlotsDir, filepath.Join(os.TempDir(), "quietpatch-perf"))
+		written, err := WriteCurve(dir, points)
+		if err != nil {
+			b.Error(err)
+		}
+		b.Logf("trade-off curve: %v", written)
 	})
 }
