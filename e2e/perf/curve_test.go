@@ -13,8 +13,8 @@ import (
 
 func TestCurveCSVRoundTripAndPlot(t *testing.T) {
 	points := []CurvePoint{
-		{Mode: "fixed-1", Limit: 1, RoutesPerSecond: 155.6, P99Ms: 36.65, AloneP99Ms: 18.89},
-		{Mode: "adaptive", Limit: 5, RoutesPerSecond: 180.8, P99Ms: 164.7, AloneP99Ms: 18.89},
+		{Mode: "fixed-1", Limit: 1, RoutesPerSecond: 155.6, P99Ms: 36.65, AloneP99Ms: 18.89, P50Ms: 5.9, AloneP50Ms: 4.4},
+		{Mode: "adaptive", Limit: 5, RoutesPerSecond: 180.8, P99Ms: 164.7, AloneP99Ms: 18.89, P50Ms: 30.6, AloneP50Ms: 4.4},
 	}
 	var buf bytes.Buffer
 	if err := WriteCurveCSV(&buf, points); err != nil {
@@ -37,8 +37,8 @@ func TestCurveCSVRoundTripAndPlot(t *testing.T) {
 	}
 	for _, bad := range []string{
 		"mode,limit\nx,1\n",
-		"mode,limit,routes_per_s,p99_ms,alone_p99_ms\nx,1,2,3,0\n",
-		"mode,limit,routes_per_s,p99_ms,alone_p99_ms\nx,1,-2,3,4\n",
+		"mode,limit,routes_per_s,p99_ms,alone_p99_ms,p50_ms,alone_p50_ms\nx,1,2,3,0,1,1\n",
+		"mode,limit,routes_per_s,p99_ms,alone_p99_ms,p50_ms,alone_p50_ms\nx,1,-2,3,4,1,1\n",
 	} {
 		if _, err := ReadCurveCSV(strings.NewReader(bad)); !errors.Is(err, ErrBadCSV) {
 			t.Errorf("ReadCurveCSV(%q) = %v, want ErrBadCSV", bad, err)

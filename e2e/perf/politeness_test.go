@@ -230,7 +230,7 @@ func BenchmarkPoliteness(b *testing.B) {
 			b.ReportMetric(lim.median(), "limit-median")
 			b.ReportMetric(latency, "latency-ms")
 			points = append(points, CurvePoint{Mode: m.name, Limit: lim.median(), RoutesPerSecond: res.routesPerSecond(len(s.keys)),
-				P99Ms: float64(lat.quantile(0.99)) / float64(time.Millisecond)})
+				P99Ms: float64(lat.quantile(0.99)) / float64(time.Millisecond), P50Ms: float64(lat.quantile(0.5)) / float64(time.Millisecond)})
 		})
 	}
 	b.Run("alone", func(b *testing.B) {
@@ -238,6 +238,7 @@ func BenchmarkPoliteness(b *testing.B) {
 		report(b, alone)
 		for i := range points {
 			points[i].AloneP99Ms = float64(alone.quantile(0.99)) / float64(time.Millisecond)
+			points[i].AloneP50Ms = float64(alone.quantile(0.5)) / float64(time.Millisecond)
 		}
 		dir := cmp.Or(w.cfg.PlotsDir, filepath.Join(os.TempDir(), "quietpatch-perf"))
 		written, err := WriteCurve(dir, points)
