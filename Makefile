@@ -2,11 +2,17 @@
 #
 #   make demo    the HTTPRoute status controller on a real local control plane;
 #                leaves a report in .cache/demo/ (demo-metrics.svg)
-#   make test    lint, unit tests (-race), make goget, the envtest suite of
+#   make test    lint, apicheck, unit tests (-race), make goget, the envtest suite of
 #                the controller-runtime integration and the end-to-end suite
-#   make goget   `go get` of both modules, published from the checkout at a
-#                fake version into a module proxy on disk, by a scratch
-#                consumer: go mod tidy, go build, go vet (hack/goget.sh)
+#   make goget   what README's Install says, done by scratch consumers: `go get`
+#                of the three library modules, published from the checkout at
+#                the version file's version into a module proxy on disk; and
+#                the checkout's replace directives and go.work (hack/goget.sh)
+#   make apicheck  the version file, CHANGELOG.md, and the exported API
+#                against the last release's snapshot (hack/apicheck,
+#                golang.org/x/exp/apidiff; docs/releasing.md)
+#   make release VERSION=X.Y.Z  cuts a release: snapshot, changelog section,
+#                commit and tags (hack/release.sh; docs/releasing.md)
 #   make envtest the controller-runtime integration's tests (envtest on the
 #                real kube-apiserver and etcd of `make bins`)
 #   make generate  controller-gen (sigs.k8s.io/controller-tools) for the
@@ -20,7 +26,7 @@
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 GO ?= go
-MODULES := . examples e2e e2e/tools integrations/controllerruntime integrations/otelprom hack/modzip
+MODULES := . examples e2e e2e/tools integrations/controllerruntime integrations/otelprom hack/modzip hack/apicheck
 # Modules whose tests need kube-apiserver and etcd (`make bins`): run by
 # their own targets, not by `unit`.
 BINS_MODULES := e2e integrations/controllerruntime
@@ -35,7 +41,7 @@ ifneq ($(strip $(KUBEBUILDER_ASSETS)),)
 export KUBEBUILDER_ASSETS := $(abspath $(KUBEBUILDER_ASSETS))
 endif
 
-.PHONY: all test unit goget envtest generate e2e bench lint bins tools monitoring demo cluster fuzz
+.PHONY: all test unit goget apicheck release envtest generate e2e bench lint bins tools monitoring demo cluster fuzz
 
 all: test
 
@@ -74,6 +80,16 @@ unit:
 goget:
 	bash hack/goget.sh
 
+# The API of the root module and of the integrations against the last
+# release's snapshot (hack/apicheck/api/v<X.Y.Z>/), with CHANGELOG.md and
+# the version file; a few seconds with a warm build cache.
+apicheck:
+	cd hack/apicheck && $(GO) run . -root ../..
+
+# make release VERSION=X.Y.Z (docs/releasing.md).
+release:
+	VERSION="$(VERSION)" bash hack/release.sh
+
 # controller-runtime's envtest.Environment on the binaries of `make bins`
 # (or $$KUBEBUILDER_ASSETS): about a minute with -race on 2 cores.
 envtest: bins
@@ -90,7 +106,7 @@ generate:
 e2e: bins tools
 	cd e2e && $(GO) test -count=1 -timeout 60m -p 1 ./...
 
-test: lint unit goget $(if $(filter integrations/controllerruntime,$(PRESENT)),envtest) $(if $(filter e2e,$(PRESENT)),monitoring e2e)
+test: lint apicheck unit goget $(if $(filter integrations/controllerruntime,$(PRESENT)),envtest) $(if $(filter e2e,$(PRESENT)),monitoring e2e)
 
 bench:
 	bash hack/bench.sh

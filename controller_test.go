@@ -262,8 +262,8 @@ func TestRunWaitsForTheSourceBeforeCompeting(t *testing.T) {
 		t.Errorf("the Lease is held by %q after a clean stop; want it vacated", h)
 	}
 	st := c.Stats()
-	if st.Dispatcher.Patches["ok"] != 2 || st.Reconciler.Objects["changed"] != 2 || st.Capacity != 50_000 {
-		t.Errorf("Stats %+v: want 2 ok patches, 2 changed objects, capacity 50000", st)
+	if st.Dispatcher.Patches["ok"] != 2 || st.Reconciler.Objects["changed"] != 2 || st.Capacity != statuspatch.DefaultCapacity {
+		t.Errorf("Stats %+v: want 2 ok patches, 2 changed objects, capacity %d", st, statuspatch.DefaultCapacity)
 	}
 }
 

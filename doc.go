@@ -297,7 +297,8 @@
 //
 // # Logs
 //
-// Config.Logger (log/slog; nil discards). At info level: the start (after
+// Config.Logger (log/slog; nil discards); docs/logs.md lists every record
+// at info level and above with its attributes. At info level: the start (after
 // the sync), each acquisition and loss of the Lease with the epoch, the
 // vacate or the decision not to, a backlog of halted passes (at most once a
 // minute, and once drained), and each part's stop. Warnings: passes that

@@ -1139,9 +1139,9 @@ func TestNewDispatcherValidation(t *testing.T) {
 				if err != nil {
 					t.Fatalf("err = %v, want nil", err)
 				}
-				if d.opts.PatchTimeout != defaultPatchTimeout || !d.lim.adaptive || d.lim.max != defaultMaxInFlight {
+				if d.opts.PatchTimeout != DefaultPatchTimeout || !d.lim.adaptive || d.lim.max != DefaultMaxInFlight {
 					t.Errorf("defaults: timeout %s adaptive %v max %v, want %s, adaptive, %d",
-						d.opts.PatchTimeout, d.lim.adaptive, d.lim.max, defaultPatchTimeout, defaultMaxInFlight)
+						d.opts.PatchTimeout, d.lim.adaptive, d.lim.max, DefaultPatchTimeout, DefaultMaxInFlight)
 				}
 				return
 			}

@@ -25,6 +25,24 @@
 // nothing stale: the dispatcher finds the status already right (dropped,
 // reason unchanged) or builds the patch from the current object.
 //
+// Two kinds of status write. A [MergePatch] (sent by
+// [DynamicStatusPatcher]) carries the status fields the controller writes
+// with a resourceVersion precondition: the write fails with 409 Conflict
+// if the object changed since it was read. It suits atomic lists, such as
+// Gateway API's status.parents, where controllers share one list: the
+// precondition keeps another writer's entries, and it is what makes a late
+// write fail — a write an earlier leader sent before its claim ended that
+// reaches etcd after the object changed. An [ApplyPatch] (sent by
+// [ApplyStatusPatcher]) is a server-side apply of the fields this writer
+// owns only, under its field manager, with force: for a CRD whose
+// status.conditions is listType=map keyed by type and written by several
+// controllers, each its own condition types, it needs no read-modify-write
+// and never conflicts — no 409s, nothing retried. It has no precondition: a
+// late write of an earlier leader lands, and the object's next event has
+// the current leader re-apply. Do not apply an atomic list: the applied
+// list replaces the other writers' entries. Package statuspatch/conditions
+// builds both (conditions.Computer, conditions.Applier).
+//
 // The parts share one [Options]: the pipeline's name, clock, logger and
 // meter, and the few numbers that size it; every field has a default.
 // Errors for an invalid configuration are *leader.ConfigError naming the

@@ -287,7 +287,7 @@ func TestLimiterConvergesOnAModelServer(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("rtt=%v,mu=%v,spikes=%v", tc.rtt, tc.mu, tc.spikes), func(t *testing.T) {
 			clk := clocktesting.NewFakeClock(limT0)
-			l, err := newLimiter(clk, true, defaultMaxInFlight)
+			l, err := newLimiter(clk, true, DefaultMaxInFlight)
 			if err != nil {
 				t.Fatal(err)
 			}

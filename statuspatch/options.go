@@ -14,19 +14,33 @@ import (
 	"github.com/quietpatch/quietpatch/leader"
 )
 
-// Defaults of [Options].
+// Defaults of [Options]: what a zero field means. They are defined here
+// only; compare with them rather than with their values.
 const (
-	defaultName         = "quietpatch"
-	defaultCapacity     = 50_000
-	defaultInterval     = 10 * time.Second
-	defaultMaxInFlight  = 64
-	defaultPatchTimeout = 5 * time.Second
-	minClaimMargin      = 250 * time.Millisecond
+	// DefaultName is the default Options.Name.
+	DefaultName = "quietpatch"
+	// DefaultCapacity is the default Options.Capacity: keys per lane of
+	// the queue (a key costs about 100 bytes).
+	DefaultCapacity = 50_000
+	// DefaultInterval is the default Options.Interval between full passes.
+	DefaultInterval = 10 * time.Second
+	// DefaultMaxInFlight is the default Options.MaxInFlight, the bound of
+	// the adaptive in-flight limit.
+	DefaultMaxInFlight = 64
+	// DefaultPatchTimeout is the default Options.PatchTimeout.
+	DefaultPatchTimeout = 5 * time.Second
+	// MinClaimMargin is the least claim margin a zero Options.ClaimMargin
+	// gives: twice the latency estimate, within MinClaimMargin and
+	// PatchTimeout/2.
+	MinClaimMargin = 250 * time.Millisecond
+	// MaxInFlightLimit bounds Options.Workers and Options.MaxInFlight: far
+	// above what an API server absorbs, low enough that a typo cannot
+	// start a million calls.
+	MaxInFlightLimit = 1024
 )
 
-// maxInFlight bounds Workers and MaxInFlight: far above what an API server
-// absorbs, low enough that a typo cannot start a million calls.
-const maxInFlight = 1024
+// minClaimMargin is MinClaimMargin under the name dispatch.go uses.
+const minClaimMargin = MinClaimMargin
 
 // Errors of the parts.
 var (
@@ -50,23 +64,27 @@ var (
 // fields it needs.
 type Options struct {
 	// Name is the value of the pipeline attribute on every instrument and
-	// log record. Default "quietpatch".
+	// log record. Default [DefaultName].
 	Name string
 	// Capacity bounds each lane of the queue: keys waiting plus
-	// reservations. Default 50,000 (a key costs about 100 bytes).
+	// reservations. Default [DefaultCapacity].
 	Capacity int
-	// Interval between full passes while leader. Default 10s.
+	// Interval between full passes while leader. Default
+	// [DefaultInterval].
 	Interval time.Duration
-	// Workers fixes the number of patch calls in flight, 1 to 1024. Zero
-	// (the default) makes it adaptive, between 1 and MaxInFlight.
+	// Workers fixes the number of patch calls in flight, 1 to
+	// [MaxInFlightLimit]. Zero (the default) makes it adaptive, between 1
+	// and MaxInFlight.
 	Workers int
-	// MaxInFlight bounds the adaptive limit. Default 64.
+	// MaxInFlight bounds the adaptive limit, at most [MaxInFlightLimit].
+	// Default [DefaultMaxInFlight].
 	MaxInFlight int
 	// PatchTimeout bounds every patch call; the claim left bounds it
-	// further. Default 5s.
+	// further. Default [DefaultPatchTimeout].
 	PatchTimeout time.Duration
 	// ClaimMargin: no call starts with less of the claim left. Zero means
-	// twice the latency estimate, within 250ms and PatchTimeout/2.
+	// twice the latency estimate, within [MinClaimMargin] and
+	// PatchTimeout/2.
 	ClaimMargin time.Duration
 	// DiffOptions are the go-cmp options of the debug-level diff logged
 	// for every patch, e.g. conditions.IgnoreTransitionTime().
@@ -88,32 +106,32 @@ func (o Options) complete() (Options, error) {
 	}
 	switch {
 	case o.Capacity < 0:
-		return bad("Capacity", "must be >= 0 (0 means %d), got %d", defaultCapacity, o.Capacity)
+		return bad("Capacity", "must be >= 0 (0 means %d), got %d", DefaultCapacity, o.Capacity)
 	case o.Interval < 0:
-		return bad("Interval", "must be >= 0 (0 means %s), got %s", defaultInterval, o.Interval)
-	case o.Workers < 0 || o.Workers > maxInFlight:
-		return bad("Workers", "must be between 0 (adaptive) and %d, got %d", maxInFlight, o.Workers)
-	case o.MaxInFlight < 0 || o.MaxInFlight > maxInFlight:
-		return bad("MaxInFlight", "must be between 0 (meaning %d) and %d, got %d", defaultMaxInFlight, maxInFlight, o.MaxInFlight)
+		return bad("Interval", "must be >= 0 (0 means %s), got %s", DefaultInterval, o.Interval)
+	case o.Workers < 0 || o.Workers > MaxInFlightLimit:
+		return bad("Workers", "must be between 0 (adaptive) and %d, got %d", MaxInFlightLimit, o.Workers)
+	case o.MaxInFlight < 0 || o.MaxInFlight > MaxInFlightLimit:
+		return bad("MaxInFlight", "must be between 0 (meaning %d) and %d, got %d", DefaultMaxInFlight, MaxInFlightLimit, o.MaxInFlight)
 	case o.PatchTimeout < 0:
-		return bad("PatchTimeout", "must be >= 0 (0 means %s), got %s", defaultPatchTimeout, o.PatchTimeout)
+		return bad("PatchTimeout", "must be >= 0 (0 means %s), got %s", DefaultPatchTimeout, o.PatchTimeout)
 	case o.ClaimMargin < 0:
 		return bad("ClaimMargin", "must be >= 0 (0 means automatic), got %s", o.ClaimMargin)
 	}
 	if o.Name == "" {
-		o.Name = defaultName
+		o.Name = DefaultName
 	}
 	if o.Capacity == 0 {
-		o.Capacity = defaultCapacity
+		o.Capacity = DefaultCapacity
 	}
 	if o.Interval == 0 {
-		o.Interval = defaultInterval
+		o.Interval = DefaultInterval
 	}
 	if o.MaxInFlight == 0 {
-		o.MaxInFlight = defaultMaxInFlight
+		o.MaxInFlight = DefaultMaxInFlight
 	}
 	if o.PatchTimeout == 0 {
-		o.PatchTimeout = defaultPatchTimeout
+		o.PatchTimeout = DefaultPatchTimeout
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

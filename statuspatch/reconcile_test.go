@@ -850,8 +850,8 @@ func TestNewReconcilerValidation(t *testing.T) {
 				if err != nil {
 					t.Fatalf("err = %v, want nil", err)
 				}
-				if r.opts.Interval != defaultInterval || r.opts.Name != defaultName {
-					t.Errorf("defaults: interval %s name %q, want %s %q", r.opts.Interval, r.opts.Name, defaultInterval, defaultName)
+				if r.opts.Interval != DefaultInterval || r.opts.Name != DefaultName {
+					t.Errorf("defaults: interval %s name %q, want %s %q", r.opts.Interval, r.opts.Name, DefaultInterval, DefaultName)
 				}
 				return
 			}

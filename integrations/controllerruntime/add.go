@@ -35,7 +35,7 @@ type Options struct {
 	// Config configures the pipeline; see quietpatch.Config for every
 	// field and its default. Add sets these when they are zero:
 	//
-	//   - Name: "quietpatch" (statuspatch.Options' default). It labels the instruments and
+	//   - Name: statuspatch.DefaultName ("quietpatch"). It labels the instruments and
 	//     names the probes: give each pipeline of a process its own.
 	//   - Leases (unless Observer is set): a Lease client of its own made
 	//     from mgr.GetConfig() and sharing mgr.GetHTTPClient(), limited to
@@ -51,10 +51,10 @@ type Options struct {
 	//     stops.
 	//
 	// Config.Dependencies declares the other resources the statuses are
-	// computed from: an informer of the manager's cache
-	// (mgr.GetCache().GetInformer(ctx, &corev1.ConfigMap{})) is a
-	// quietpatch.Informer, so one entry makes Run wait for it and its
-	// events enqueue the objects its Keys names.
+	// computed from: a [Source] over one (NewSource(ctx, mgr.GetCache(),
+	// &corev1.ConfigMap{})) is a quietpatch.Informer, so one entry makes
+	// Run wait for it and its events enqueue the objects its Keys names;
+	// the StatusComputer reads it with the Source's Get, without copies.
 	Config quietpatch.Config
 
 	// FieldManager names the writer of the status patches in managedFields.
@@ -142,7 +142,7 @@ func Add[O client.Object, S any](ctx context.Context, mgr manager.Manager, obj O
 	}
 	cfg := opts.Config
 	if cfg.Name == "" {
-		cfg.Name = "quietpatch"
+		cfg.Name = statuspatch.DefaultName
 	}
 	if opts.FieldManager == "" {
 		opts.FieldManager = cfg.Name

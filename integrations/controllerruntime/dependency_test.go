@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -23,9 +25,12 @@ import (
 	"github.com/quietpatch/quietpatch/statuspatch/conditions"
 )
 
-// TestManagerDependency declares, in Options.Config.Dependencies, the
-// manager's informer of ConfigMaps: the ConfigMap widget-limits of a
-// namespace sets the largest Ready size of its Widgets. An edit of it
+// TestManagerDependency declares, in Options.Config.Dependencies, a
+// Source over the manager's informer of ConfigMaps: the ConfigMap
+// widget-limits of a namespace sets the largest Ready size of its Widgets,
+// and the StatusComputer reads it with the Source's Get — the cache's own
+// object, the one the informer stores, where the manager's client.Reader
+// returns a fresh deep copy at each call. An edit of it
 // re-reconciles exactly the Widgets of its namespace, through the fresh
 // lane — no pass (the interval is an hour) — on the real API server.
 func TestManagerDependency(t *testing.T) {
@@ -46,11 +51,20 @@ func TestManagerDependency(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reader := mgr.GetCache()
+	configMaps, err := qpcr.NewSource(ctx, mgr.GetCache(), &corev1.ConfigMap{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	widgets, err := qpcr.NewSource(ctx, mgr.GetCache(), &examplev1.Widget{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gets atomic.Int64 // the policy's reads by the StatusComputer
 	maxSize := func(ns string) (int32, error) {
-		var cm corev1.ConfigMap
-		if err := reader.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "widget-limits"}, &cm); err != nil {
-			return 0, err
+		gets.Add(1)
+		cm, found, err := configMaps.Get(types.NamespacedName{Namespace: ns, Name: "widget-limits"})
+		if err != nil || !found {
+			return 0, fmt.Errorf("the ConfigMap widget-limits of %s: found %v, %v", ns, found, err)
 		}
 		v, err := strconv.ParseInt(cm.Data["maxSize"], 10, 32)
 		return int32(v), err
@@ -71,23 +85,22 @@ func TestManagerDependency(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	configMaps, err := mgr.GetCache().GetInformer(ctx, &corev1.ConfigMap{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The Widgets of the limits' namespace.
+	// The Widgets of the limits' namespace, from the Widgets' cache
+	// (no copies either).
 	widgetsOf := func(obj any) []types.NamespacedName {
 		cm, ok := obj.(*corev1.ConfigMap)
 		if !ok || cm.Name != "widget-limits" {
 			return nil
 		}
-		var list examplev1.WidgetList
-		if err := reader.List(context.Background(), &list, client.InNamespace(cm.Namespace)); err != nil {
+		all, err := widgets.List()
+		if err != nil {
 			return nil
 		}
-		keys := make([]types.NamespacedName, len(list.Items))
-		for i, w := range list.Items {
-			keys[i] = types.NamespacedName{Namespace: w.Namespace, Name: w.Name}
+		var keys []types.NamespacedName
+		for _, w := range all {
+			if w.Namespace == cm.Namespace {
+				keys = append(keys, types.NamespacedName{Namespace: w.Namespace, Name: w.Name})
+			}
 		}
 		return keys
 	}
@@ -146,6 +159,24 @@ func TestManagerDependency(t *testing.T) {
 	}
 	waitFor("the Widgets converge under maxSize 100", all(100))
 	passes := ctrl.Stats().Reconciler.Passes["completed"]
+
+	// No copies: the Source's Get hands out the cache's object itself.
+	key := types.NamespacedName{Namespace: ns, Name: "widget-limits"}
+	a, _, errA := configMaps.Get(key)
+	b, _, errB := configMaps.Get(key)
+	if errA != nil || errB != nil || a == nil || a != b {
+		t.Errorf("two Gets of the Source returned %p and %p (%v, %v): want the cache's one object", a, b, errA, errB)
+	}
+	inf, err := mgr.GetCache().GetInformer(ctx, &corev1.ConfigMap{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored, ok, err := inf.(toolscache.SharedIndexInformer).GetIndexer().GetByKey(key.String()); err != nil || !ok || stored != any(a) {
+		t.Errorf("the Source's Get returned %p, the informer stores %p (%v, %v): want the same object", a, stored, ok, err)
+	}
+	if gets.Load() < n {
+		t.Errorf("the StatusComputer read the policy %d times, want at least once per Widget (%d)", gets.Load(), n)
+	}
 
 	limits.Data["maxSize"] = "50"
 	if err := admin.Update(ctx, limits); err != nil {

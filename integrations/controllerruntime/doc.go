@@ -108,20 +108,50 @@
 // returns), so the StatusComputer must not modify them. Changes of the
 // resource are enqueued by the handler quietpatch.New registers on the
 // Source (Source.AddEventHandler), which sees each event only once List
-// and Get do. The resources a status depends on are declared in
-// Options.Config.Dependencies: an informer of the manager's cache
-// (mgr.GetCache().GetInformer) is a quietpatch.Informer, whatever the
-// cache's configuration, and its entry's Keys maps each of its objects to
-// the keys it affects:
+// and Get do.
 //
-//	func withPolicy(ctx context.Context, mgr manager.Manager, opts *controllerruntime.Options, widgetsOf func(any) []types.NamespacedName) error {
-//		configMaps, err := mgr.GetCache().GetInformer(ctx, &corev1.ConfigMap{})
+// The resources a status depends on are declared in
+// Options.Config.Dependencies, and a [Source] over such a resource serves
+// both sides: it is the Dependency's Informer (Run waits for its cache;
+// its events enqueue the keys its entry's Keys maps them to, every object
+// when Keys is nil), and the StatusComputer reads it with Get, which
+// returns the cache's own object — where mgr.GetCache().Get, the
+// manager's client.Reader, deep-copies the object at every call, once per
+// object and pass. Here the Widgets' largest Ready size comes from one
+// ConfigMap, so each of its events re-reconciles every Widget:
+//
+//	func addWidgetStatus(ctx context.Context, mgr manager.Manager, policyKey types.NamespacedName, conditionsUnder func(*v1.Widget, *corev1.ConfigMap) ([]metav1.Condition, error)) error {
+//		policy, err := controllerruntime.NewSource(ctx, mgr.GetCache(), &corev1.ConfigMap{})
 //		if err != nil {
 //			return err
 //		}
-//		opts.Config.Dependencies = append(opts.Config.Dependencies, quietpatch.Dependency{Informer: configMaps, Keys: widgetsOf})
-//		return nil
+//		computer, err := conditions.New(conditions.Config[*v1.Widget]{
+//			Conditions: func(w *v1.Widget) ([]metav1.Condition, error) {
+//				cm, _, err := policy.Get(policyKey) // the cache's object, nil if there is none: read, never modify
+//				if err != nil {
+//					return nil, err
+//				}
+//				return conditionsUnder(w, cm)
+//			},
+//		})
+//		if err != nil {
+//			return err
+//		}
+//		_, err = controllerruntime.Add(ctx, mgr, &v1.Widget{}, computer, controllerruntime.Options{
+//			Config: quietpatch.Config{
+//				Options:      statuspatch.Options{Name: "widgets"},
+//				Lease:        leader.Config{Namespace: "widget-system", Name: "widget-status"},
+//				Dependencies: []quietpatch.Dependency{{Informer: policy}}, // Keys nil: every Widget
+//			},
+//		})
+//		return err
 //	}
+//
+// Keys maps an object of the dependency to the keys it affects when only
+// some objects depend on it (a few keys take the fresh lane, many make a
+// pass); restrict the manager's cache of the dependency (cache.Options'
+// ByObject: a namespace, a field selector on metadata.name) when only some
+// of its objects matter, as examples/widget does.
 //
 // # Clients
 //

@@ -163,21 +163,25 @@ func createWidgets(t testing.TB, c client.Client, ns string, n int, size func(i 
 	}
 }
 
-// wantReady is the Ready condition the example computes for a size.
-func wantReady(size int32) (metav1.ConditionStatus, string) {
-	if size > readiness.MaxSize {
+// wantReady is the Ready condition the example computes for a size,
+// under a policy of maxSize.
+func wantReady(size, maxSize int32) (metav1.ConditionStatus, string) {
+	if size > maxSize {
 		return metav1.ConditionFalse, "TooLarge"
 	}
 	return metav1.ConditionTrue, "Sized"
 }
 
 // converged reports whether w's status is what the example computes from
-// its spec and generation, or what is missing.
-func converged(w *examplev1.Widget) (bool, string) {
+// its spec and generation under the default policy, or what is missing.
+func converged(w *examplev1.Widget) (bool, string) { return convergedUnder(w, readiness.MaxSize) }
+
+// convergedUnder is converged under a policy of maxSize.
+func convergedUnder(w *examplev1.Widget, maxSize int32) (bool, string) {
 	if w.Status.ObservedGeneration != w.Generation {
 		return false, fmt.Sprintf("%s: observedGeneration %d, generation %d", w.Name, w.Status.ObservedGeneration, w.Generation)
 	}
-	status, reason := wantReady(w.Spec.Size)
+	status, reason := wantReady(w.Spec.Size, maxSize)
 	for _, c := range w.Status.Conditions {
 		if c.Type == "Ready" {
 			if c.Status == status && c.Reason == reason && c.ObservedGeneration == w.Generation {
@@ -192,12 +196,17 @@ func converged(w *examplev1.Widget) (bool, string) {
 // countConverged lists the Widgets of ns from the API server (not a cache)
 // and counts those converged, returning one example of those that are not.
 func countConverged(ctx context.Context, c client.Client, ns string) (total, ok int, example string, err error) {
+	return countConvergedUnder(ctx, c, ns, readiness.MaxSize)
+}
+
+// countConvergedUnder is countConverged under a policy of maxSize.
+func countConvergedUnder(ctx context.Context, c client.Client, ns string, maxSize int32) (total, ok int, example string, err error) {
 	var list examplev1.WidgetList
 	if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
 		return 0, 0, "", err
 	}
 	for i := range list.Items {
-		if good, why := converged(&list.Items[i]); good {
+		if good, why := convergedUnder(&list.Items[i], maxSize); good {
 			ok++
 		} else if example == "" {
 			example = why

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -22,6 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	examplev1 "github.com/quietpatch/quietpatch/integrations/controllerruntime/examples/widget/api/v1"
+	"github.com/quietpatch/quietpatch/integrations/controllerruntime/examples/widget/readiness"
 )
 
 // The example's defaults (examples/widget/main.go and config/rbac).
@@ -43,7 +45,8 @@ type replica struct {
 
 // TestFailover runs the example binary twice, as separate processes under
 // the example's least-privilege RBAC, on the envtest API server; checks
-// each manager's /metrics; kills -9 the one whose claim leads; and checks
+// that the Widgets follow the policy ConfigMap, the example's Dependency;
+// checks each manager's /metrics; kills -9 the one whose claim leads; and checks
 // that the other writes a changed Widget's status within LeaseDuration +
 // 1 s, and not before the dead leader's claim ran out.
 func TestFailover(t *testing.T) {
@@ -144,6 +147,19 @@ func TestFailover(t *testing.T) {
 	}
 	t.Logf("leader %s (%s), follower %s", old.name, *lease.Spec.HolderIdentity, survivor.name)
 
+	// The policy ConfigMap, the example's Dependency: created, it lowers the
+	// largest Ready size to 25, and the Widgets above turn TooLarge.
+	policy := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: exampleLeaseNS, Name: "widget-policy"},
+		Data: map[string]string{readiness.PolicyMaxSize: "25"}}
+	if err := admin.Create(ctx, policy); err != nil {
+		t.Fatal(err)
+	}
+	took := poll(t, 30*time.Second, 50*time.Millisecond, "the Widgets follow the policy", func() (bool, string, error) {
+		total, ok, example, err := countConvergedUnder(ctx, admin, ns, 25)
+		return err == nil && total == n && ok == n, fmt.Sprintf("%d of %d under maxSize 25; e.g. %s", ok, total, example), err
+	})
+	t.Logf("the Widgets followed the policy ConfigMap in %s", took.Round(time.Millisecond))
+
 	// (e) Each manager's /metrics: quietpatch's families next to
 	// controller-runtime's; the leader gauge says who leads.
 	t.Run("metrics", func(t *testing.T) {
@@ -199,11 +215,11 @@ func TestFailover(t *testing.T) {
 			if err := admin.Get(ctx, key, &w); err != nil {
 				return false, "", err
 			}
-			if ok, _ := converged(&w); ok {
+			if ok, _ := convergedUnder(&w, 25); ok {
 				written = time.Now()
 			}
 		}
-		_, why := converged(&w)
+		_, why := convergedUnder(&w, 25)
 		return !acquired.IsZero() && !written.IsZero(), fmt.Sprintf("holder %v; %s", lease.Spec.HolderIdentity, why), nil
 	})
 	t.Logf("killed %s %s after its last renewal; %s acquired %s after that renewal (LeaseDuration %s), %s after the kill; the changed Widget's status seen written %s after the kill (bound %s)",

@@ -15,7 +15,7 @@ import (
 	"github.com/quietpatch/quietpatch/statuspatch"
 )
 
-// StatusPatcher applies statuspatch.MergePatches to the status subresource
+// StatusPatcher applies each statuspatch.MergePatch to the status subresource
 // of one resource through a controller-runtime client:
 // c.Status().Patch(ctx, obj, client.RawPatch(types.MergePatchType, body),
 // client.FieldOwner(fieldManager)), with the body of

@@ -23,6 +23,13 @@ import (
 // AddEventHandler registers a handler for the objects' events, which
 // quietpatch.New does with the handler that enqueues every change. All
 // methods are safe for concurrent use.
+//
+// A Source is also a quietpatch.Informer, so a Source over another
+// resource is what a quietpatch.Dependency on it wants: its cache is
+// waited for, its events enqueue the keys the Dependency maps them to,
+// and the StatusComputer reads its objects with Get — the cache's own, no
+// copy per object and pass, unlike the manager's client.Reader
+// (mgr.GetCache().Get deep-copies each object it returns).
 type Source[O client.Object] struct {
 	objs *source.Cache[O] // List, Get, HasSynced
 	add  func(toolscache.ResourceEventHandler) (toolscache.ResourceEventHandlerRegistration, error)
@@ -162,5 +169,9 @@ func (m *mirror) addHandler(h toolscache.ResourceEventHandler) (toolscache.Resou
 	return m.reg, nil
 }
 
-// An informer of the manager's cache is what a quietpatch.Dependency needs.
-var _ quietpatch.Informer = (cache.Informer)(nil)
+// A Source, like an informer of the manager's cache, is what a
+// quietpatch.Dependency needs.
+var (
+	_ quietpatch.Informer = (*Source[client.Object])(nil)
+	_ quietpatch.Informer = (cache.Informer)(nil)
+)

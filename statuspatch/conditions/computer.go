@@ -368,8 +368,27 @@ func jsonEqual(a, b any) bool {
 // of an owned type. Foreign conditions are not validated: they are the
 // other writers' and already on the server.
 func (c *Computer[O]) Patch(obj O, desired Status) (statuspatch.MergePatch, error) {
-	if err := c.checkOwned(desired.Conditions); err != nil {
+	current, owned, err := c.settle(obj, desired)
+	if err != nil {
 		return statuspatch.MergePatch{}, err
+	}
+	status := make(map[string]any, 2+len(desired.Fields))
+	for k, v := range desired.Fields {
+		status[k] = v
+	}
+	status["observedGeneration"] = desired.ObservedGeneration
+	status["conditions"] = c.merge(obj, current, owned)
+	return statuspatch.NewMergePatch(obj, status)
+}
+
+// settle returns obj's current status and the owned conditions to write:
+// desired's, each with the LastTransitionTime of the current condition of
+// the same Type and Status, else now. It fails when a condition is not of
+// an owned type (with Config.OwnedTypes) or is one the API server would
+// reject.
+func (c *Computer[O]) settle(obj O, desired Status) (Status, []metav1.Condition, error) {
+	if err := c.checkOwned(desired.Conditions); err != nil {
+		return Status{}, nil, err
 	}
 	current := c.Current(obj)
 	now := metav1.NewTime(c.clk.Now().Truncate(time.Second))
@@ -385,15 +404,9 @@ func (c *Computer[O]) Patch(obj O, desired Status) (statuspatch.MergePatch, erro
 		owned[i] = d
 	}
 	if errs := metav1validation.ValidateConditions(owned, field.NewPath("status", "conditions")); len(errs) > 0 {
-		return statuspatch.MergePatch{}, fmt.Errorf("conditions: the API server would reject these conditions: %w", errs.ToAggregate())
+		return Status{}, nil, fmt.Errorf("conditions: the API server would reject these conditions: %w", errs.ToAggregate())
 	}
-	status := make(map[string]any, 2+len(desired.Fields))
-	for k, v := range desired.Fields {
-		status[k] = v
-	}
-	status["observedGeneration"] = desired.ObservedGeneration
-	status["conditions"] = c.merge(obj, current, owned)
-	return statuspatch.NewMergePatch(obj, status)
+	return current, owned, nil
 }
 
 // merge returns the list of conditions to write: the entries of obj's

@@ -11,6 +11,12 @@
 //     status.conditions: the user writes only the function from an object
 //     to its conditions. It works for typed objects (kubebuilder's shape)
 //     and for *unstructured.Unstructured.
+//   - [Applier] is the same for a server-side apply of the status
+//     (statuspatch.ApplyPatch): its patch holds only the conditions it owns.
+//     Choose it when the CRD's status.conditions is listType=map keyed by
+//     type and several controllers write it, each its own types: no
+//     read-modify-write, no 409. Keep the Computer's merge patch for atomic
+//     lists and when the resourceVersion precondition must fail a late write.
 //
 // Which conditions a Computer writes: the types it owns, and no others. It
 // owns the types listed in Config.OwnedTypes, or, without that list, the

@@ -17,6 +17,7 @@ import (
 	"github.com/quietpatch/quietpatch"
 	"github.com/quietpatch/quietpatch/examples/httproute-status/routestatus"
 	"github.com/quietpatch/quietpatch/leader"
+	"github.com/quietpatch/quietpatch/statuspatch"
 )
 
 // Defaults applied to zero fields of [Options]. The command's flags show the
@@ -29,11 +30,11 @@ const (
 	// DefaultFieldManager is the default Options.FieldManager.
 	DefaultFieldManager = "quietpatch-httproute-status"
 	// DefaultReconcileInterval is the default Options.ReconcileInterval.
-	DefaultReconcileInterval = 10 * time.Second
+	DefaultReconcileInterval = statuspatch.DefaultInterval
 	// DefaultPatchTimeout is the default Options.PatchTimeout.
-	DefaultPatchTimeout = 5 * time.Second
+	DefaultPatchTimeout = statuspatch.DefaultPatchTimeout
 	// DefaultQueueCapacity is what a zero Options.QueueCapacity means.
-	DefaultQueueCapacity = 50_000
+	DefaultQueueCapacity = statuspatch.DefaultCapacity
 	// DefaultKubeQPS is the default Options.KubeQPS: negative, no
 	// client-side rate limit on the status and informer client.
 	DefaultKubeQPS = -1
@@ -47,7 +48,7 @@ const (
 	// MaxShards bounds Options.Shards.
 	MaxShards = 256
 	// MaxWorkers bounds Options.Workers (the dispatcher's own limit).
-	MaxWorkers = 1024
+	MaxWorkers = statuspatch.MaxInFlightLimit
 	// MaxQueueCapacity bounds Options.QueueCapacity: far above the routes
 	// of any cluster. (A lane never holds more keys than there are routes:
 	// its memory follows the keys waiting, not the capacity.)
@@ -160,7 +161,7 @@ type Options struct {
 	// QueueCapacity is the number of route keys each lane of the queue
 	// holds (--queue-capacity): a pass that finds more changed routes
 	// halts and the next resumes where it stopped. Zero:
-	// DefaultQueueCapacity (50,000, statuspatch.Options' default). At most
+	// DefaultQueueCapacity (statuspatch.DefaultCapacity). At most
 	// MaxQueueCapacity.
 	QueueCapacity int
 

@@ -106,8 +106,8 @@ func convergedSet(b *testing.B, n int) (*fixtures.Set, *routestatus.Computer, *r
 //     informer indexers (what the controller's lookup is) instead of a
 //     Snapshot: the listers' own allocations (keys, not-found errors).
 //   - unchanged-gocmp: the same pass with a go-cmp comparator
-//     (statuspatch.CmpEqual with IgnoreConditionTransitionTime and
-//     SortConditions) in place of routestatus.Equal.
+//     (conditions.CmpEqual with IgnoreTransitionTime and SortByType) in
+//     place of routestatus.Equal.
 //   - naive: what the seed controller did before its fix: compute, then
 //     always build the merge patch (routestatus.MergePatch) and append it to
 //     an unbounded queue (a slice that a consumer would drain), whether or
