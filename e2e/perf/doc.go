@@ -7,8 +7,9 @@
 // The package itself only records and draws what the stalled-API and storm
 // benchmarks sample ([Sample], [WriteCSV], [ReadCSV], [PlotDepth],
 // [PlotHeap], [WriteAll]; [StormSample], [WriteStormCSV], [ReadStormCSV],
-// [PlotStorm], [WriteStorm]), for the benchmarks and for the command
-// cmd/plots, which redraws the plots from a CSV.
+// [PlotStorm], [WriteStorm]; [CurvePoint], [WriteCurveCSV],
+// [ReadCurveCSV], [PlotCurve], [WriteCurve]), for the benchmarks and for
+// the command cmd/plots, which redraws the plots from a CSV.
 //
 // # The benchmarks
 //
@@ -30,14 +31,16 @@
 //	Adaptive/rtt=R/adaptive, /fixed-N     routes/s, call-ms            convergence through a proxy adding R of RTT, adaptive or N in flight;
 //	                                      limit-median, limit-final    the adaptive limit, and its latency estimate
 //	                                      latency-ms
-//	Storm/adaptive, /plain-N              routes/s                     every storm route's status changes at once: quietpatch.New, or a plain client with N goroutines;
-//	                                      superseded/N, unchanged/N,   for adaptive, per route: keys coalesced, keys served with nothing to send,
+//	Storm/adaptive, /fixed-N, /plain-N,   routes/s                     every storm route's status changes at once (converge-: while no controller runs, then one
+//	/converge-adaptive, /converge-…       fresh-p95-s, fresh-max-s     starts): quietpatch.New, or a plain client with N goroutines; for the controller, 20 fresh
+//	                                      superseded/N, unchanged/N,   edits to their correct status, and per route: keys coalesced, keys served with nothing to send,
 //	                                      extra/N                      patch calls beyond one
 //	FreshChange                           fresh-p50-s, fresh-p95-s,    20 routes' specs change 1 s into a storm of quietpatch.New: each edit to its
 //	                                      fresh-max-s                  correct status on the API server;
 //	                                      storm-s, routes/s, 409-share the storm's duration and rate, the share of its patch calls answered 409
 //	Politeness/alone, /adaptive,          p99-ms, p50-ms, max-ms       another client's request latency alone, and during a storm
-//	/fixed-64                             routes/s                     (adaptive, or 64 in flight)
+//	/fixed-N                              routes/s, limit-median,      (adaptive, or N in flight), the storm's in-flight limit and latency estimate;
+//	                                      latency-ms                   the points of the trade-off curve (CurveCSVFile, CurvePlotFile)
 //	Sharded/plain-16, /plain-64           routes/s                     the plain client's storm on BenchmarkSharded's own control plane (the floor)
 //	Sharded/r1-k1, /r1-k8, /r4-k8         rss_MiB/replica, idle_rss_MiB, the example's binary as R processes with --shards K: peak RSS (VmHWM) per replica,
 //	                                      cache_MiB/replica, rss_ratio,  without the idle baseline, ratios to r1-k1 (cache_ratio_xR: × R, goal ≤ 1.2);
@@ -98,6 +101,11 @@
 //	QP_PERF_COMPETITOR_RATE   20       its requests per second, all goroutines together
 //	QP_PERF_ALONE             45s      how long it is measured alone (slices before, between and after the storms)
 //	QP_PERF_POLITENESS_MODES  adaptive,fixed-64  the storms it is measured during
+//	QP_PERF_STORM_MODES       plain-1,plain-4,plain-16,converge-adaptive,adaptive,plain-64
+//	                                   BenchmarkStorm's runs, in order: plain-N, adaptive, fixed-N, converge-… (a
+//	                                   first convergence, a Lease), converge-static-… (a claim held from the start)
+//	QP_PERF_PROFILE           (unset)  folder for profiles of each controller run (the benchmark process's CPU,
+//	                                   mutex, block, heap; kube-apiserver's CPU) and its samples (see profileEnv)
 //	QP_PERF_SHARD_ROUTES      5000     routes of BenchmarkSharded (50000 for the large run)
 //	QP_PERF_SHARD_K           8        its K; QP_PERF_SHARD_R (4) its R of the multi-replica case
 //	QP_PERF_SHARD_PLAIN       16,64    its plain client's concurrencies (the floor: the best)

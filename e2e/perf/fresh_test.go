@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -47,6 +48,7 @@ type freshChange struct {
 	key     types.NamespacedName
 	call    time.Duration // the edit's call, from its request to its answer
 	edited  time.Time     // when the API server answered the edit
+	seen    time.Time     // when the controller's informer first delivered the edited route; zero: never
 	correct time.Time     // when a watch of the route first showed its correct status; zero: never
 	final   *gatewayv1.HTTPRoute
 }
@@ -95,14 +97,19 @@ func (r freshResult) String() string {
 // perChange lists each change's latency, in the order of the backlog,
 // and the slowest edit call.
 func (r freshResult) perChange() string {
-	var lats []string
+	var lats, lags []string
 	var slowest time.Duration
 	for _, c := range r.changes {
 		lats = append(lats, fmt.Sprintf("%.2f", c.latency().Seconds()))
+		lag := "-"
+		if !c.seen.IsZero() {
+			lag = fmt.Sprintf("%.2f", max(0, c.seen.Sub(c.edited)).Seconds())
+		}
+		lags = append(lags, lag)
 		slowest = max(slowest, c.call)
 	}
-	return fmt.Sprintf("latencies (s), in the order of the backlog: %s; the slowest edit took %v to be answered",
-		strings.Join(lats, " "), slowest.Round(time.Millisecond))
+	return fmt.Sprintf("latencies (s), in the order of the backlog: %s; of which the controller's informer took (edit → delivered): %s; the slowest edit took %v to be answered",
+		strings.Join(lats, " "), strings.Join(lags, " "), slowest.Round(time.Millisecond))
 }
 
 // spread returns k of the storm's keys, evenly spread over the order in
@@ -211,21 +218,52 @@ func statusSummary(st gatewayv1.HTTPRouteStatus) string {
 // last successful patch). The storm and every change must be over within
 // freshDeadline. Afterwards the k routes are pointed back at their backend
 // and converged again with plain patches, so the storm can be used again.
-func (s *storm) runFresh(ctx context.Context, tb testing.TB, k int, delay time.Duration) (freshResult, error) {
+func (s *storm) runFresh(ctx context.Context, tb testing.TB, k int, delay time.Duration, run controllerRun) (freshResult, error) {
 	n := len(s.keys)
 	deadline := freshDeadline(n)
 	ctx, cancel := context.WithTimeout(ctx, 2*deadline) // the run's set-up, the storm, the restore
 	defer cancel()
 	picked := s.spread(k)
 	changes := make([]freshChange, len(picked))
+	index := map[types.NamespacedName]int{}
 	for i, key := range picked {
 		changes[i].key = key
+		index[key] = i
+	}
+	type delivery struct {
+		at  time.Time
+		gen int64
+	}
+	var (
+		seenMu     sync.Mutex
+		deliveries = make([][]delivery, len(picked))
+	)
+	run.seen = func(r *gatewayv1.HTTPRoute) {
+		i, ok := index[types.NamespacedName{Namespace: r.Namespace, Name: r.Name}]
+		if !ok {
+			return
+		}
+		seenMu.Lock()
+		deliveries[i] = append(deliveries[i], delivery{time.Now(), r.Generation})
+		seenMu.Unlock()
+	}
+	// seenAt is when the controller's informer first delivered route i at
+	// generation gen or later; zero if it did not.
+	seenAt := func(i int, gen int64) time.Time {
+		seenMu.Lock()
+		defer seenMu.Unlock()
+		for _, d := range deliveries[i] {
+			if d.gen >= gen {
+				return d.at
+			}
+		}
+		return time.Time{}
 	}
 	before, beforeConflicts, err := s.serverPatches(ctx)
 	if err != nil {
 		return freshResult{}, err
 	}
-	res, err := s.runController(ctx, tb, controllerRun{alongside: func(ctx context.Context, start time.Time) error {
+	run.alongside = func(ctx context.Context, start time.Time) error {
 		ctx, cancel := context.WithDeadline(ctx, start.Add(deadline))
 		defer cancel()
 		t := time.NewTimer(time.Until(start.Add(delay)))
@@ -245,9 +283,13 @@ func (s *storm) runFresh(ctx context.Context, tb testing.TB, k int, delay time.D
 			c.edited = time.Now()
 			c.call = c.edited.Sub(sent)
 			c.correct, c.final, err = s.watchCorrect(ctx, r)
+			if err == nil {
+				c.seen = seenAt(i, r.Generation)
+			}
 			return err
 		})
-	}})
+	}
+	res, err := s.runController(ctx, tb, run)
 	out := freshResult{routes: n, storm: res, changes: changes}
 	if err == nil {
 		// The API server counts a request just after answering it.
@@ -338,7 +380,7 @@ func BenchmarkFreshChange(b *testing.B) {
 	w := shared.get(b)
 	s := storms.sized(b, w, w.cfg.FreshRoutes)
 	ctx := benchContext(b, 3*freshDeadline(len(s.keys)))
-	res, err := s.runFresh(ctx, b, freshChanges, freshDelay)
+	res, err := s.runFresh(ctx, b, freshChanges, freshDelay, controllerRun{name: "fresh"})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -374,7 +416,7 @@ func TestFreshChangeSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.stopInformer)
-	res, err := s.runFresh(ctx, t, freshChanges, 200*time.Millisecond)
+	res, err := s.runFresh(ctx, t, freshChanges, 200*time.Millisecond, controllerRun{name: "fresh-smoke"})
 	if err != nil {
 		t.Fatal(err)
 	}

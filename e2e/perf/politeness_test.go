@@ -1,8 +1,11 @@
 package perf
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -197,21 +200,51 @@ func BenchmarkPoliteness(b *testing.B) {
 	// Alone: in slices before, between and after the storms, pooled.
 	slice := w.cfg.AloneFor / time.Duration(len(w.cfg.PolitenessModes)+1)
 	alone := &latencies{}
+	var points []CurvePoint
 	for _, m := range w.cfg.PolitenessModes {
 		alone.merge(comp.measure(ctx, slice))
 		b.Run(m.name, func(b *testing.B) {
 			var lat latencies
-			res, err := s.runController(ctx, b, controllerRun{workers: m.workers, during: func(ctx context.Context) { comp.run(ctx, &lat) }})
+			res, err := s.runController(ctx, b, controllerRun{workers: m.workers, sample: w.cfg.StormSample, name: "politeness-" + m.name,
+				during: func(ctx context.Context) { comp.run(ctx, &lat) }})
 			if err != nil {
 				b.Fatal(err)
 			}
-			b.Logf("%s storm: %d routes in %v; dispatcher limit %d", m.name, len(s.keys), res.took.Round(time.Millisecond), res.stats.Dispatcher.Limit)
+			var lim limitSampler
+			var est []float64
+			for _, smp := range res.samples {
+				lim.limits = append(lim.limits, smp.Limit)
+				if smp.Latency > 0 {
+					est = append(est, float64(smp.Latency)/float64(time.Millisecond))
+				}
+			}
+			slices.Sort(est)
+			latency := 0.0
+			if len(est) > 0 {
+				latency = est[len(est)/2]
+			}
+			b.Logf("%s storm: %d routes in %v; dispatcher limit %d (median %.0f), latency estimate median %.1f ms; %v", m.name, len(s.keys),
+				res.took.Round(time.Millisecond), res.stats.Dispatcher.Limit, lim.median(), latency, res.cpu)
 			report(b, &lat)
 			b.ReportMetric(res.routesPerSecond(len(s.keys)), "routes/s")
+			b.ReportMetric(lim.median(), "limit-median")
+			b.ReportMetric(latency, "latency-ms")
+			points = append(points, CurvePoint{Mode: m.name, Limit: lim.median(), RoutesPerSecond: res.routesPerSecond(len(s.keys)),
+				P99Ms: float64(lat.quantile(0.99)) / float64(time.Millisecond), P50Ms: float64(lat.quantile(0.5)) / float64(time.Millisecond)})
 		})
 	}
 	b.Run("alone", func(b *testing.B) {
 		alone.merge(comp.measure(ctx, w.cfg.AloneFor-slice*time.Duration(len(w.cfg.PolitenessModes))))
 		report(b, alone)
+		for i := range points {
+			points[i].AloneP99Ms = float64(alone.quantile(0.99)) / float64(time.Millisecond)
+			points[i].AloneP50Ms = float64(alone.quantile(0.5)) / float64(time.Millisecond)
+		}
+		dir := cmp.Or(w.cfg.PlotsDir, filepath.Join(os.TempDir(), "quietpatch-perf"))
+		written, err := WriteCurve(dir, points)
+		if err != nil {
+			b.Error(err)
+		}
+		b.Logf("trade-off curve: %v", written)
 	})
 }

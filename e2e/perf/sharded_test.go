@@ -923,7 +923,7 @@ func (s *sampler) stop() []ShardSample {
 //     Gateway flips again: storm_s, routes/s, storm/plain (routes/s over
 //     the best plain-N's). Then peak RSS per replica (VmHWM, the largest of
 //     the replicas: rss_MiB/replica; minus the idle baseline:
-//     cache_MiB/replica) and their ratios to r1-k1 (rss_ratio,
+//     cache_MiB/replica; × R per route: cache_KiB/route) and their ratios to r1-k1 (rss_ratio,
 //     cache_ratio; cache_ratio_xR = cache_ratio × R, goal ≤ 1.2).
 //   - with R > 1: kill -9 of the replica holding the most shards, then
 //     QP_PERF_K (50) routes of its shards change spec: failover_s, from the
@@ -1005,6 +1005,7 @@ func BenchmarkSharded(b *testing.B) {
 			b.ReportMetric(maxOf(res.rssNow), "rss_now_MiB/replica")
 			b.ReportMetric(base, "idle_rss_MiB")
 			b.ReportMetric(cacheMiB, "cache_MiB/replica")
+			b.ReportMetric(cacheMiB*1024/float64(n)*float64(c.replicas), "cache_KiB/route")
 			b.ReportMetric(res.converge.Seconds(), "converge_s")
 			b.ReportMetric(res.storm.Seconds(), "storm_s")
 			b.ReportMetric(float64(n)/res.storm.Seconds(), "routes/s")

@@ -69,6 +69,7 @@ type config struct {
 	CompetitorRate  float64         // QP_PERF_COMPETITOR_RATE
 	AloneFor        time.Duration   // QP_PERF_ALONE
 	PolitenessModes []dispatchMode  // QP_PERF_POLITENESS_MODES
+	StormModes      []stormMode     // QP_PERF_STORM_MODES
 }
 
 func loadConfig() (config, error) {
@@ -146,6 +147,15 @@ func loadConfig() (config, error) {
 			errs = append(errs, fmt.Errorf("QP_PERF_ADAPTIVE_MODES: %w", err))
 		} else {
 			c.AdaptiveModes = modes
+		}
+	}
+	c.StormModes, _ = parseStormModes(defaultStormModes)
+	if s := os.Getenv("QP_PERF_STORM_MODES"); s != "" {
+		modes, err := parseStormModes(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("QP_PERF_STORM_MODES: %w", err))
+		} else {
+			c.StormModes = modes
 		}
 	}
 	if s := os.Getenv("QP_PERF_POLITENESS_MODES"); s != "" {
@@ -267,7 +277,7 @@ func newWorld(ctx context.Context, b *testing.B) (*world, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	cp, err := cluster.Start(ctx, cluster.Options{})
+	cp, err := cluster.Start(ctx, cluster.Options{APIServerArgs: profileArgs()})
 	if err != nil {
 		return nil, err
 	}
@@ -880,15 +890,24 @@ type routeComputer = statuspatch.ComputerFuncs[*gatewayv1.HTTPRoute, gatewayv1.H
 // computerFuncs returns the routeComputer; current, when set, replaces
 // reading the route's status.
 func (w *world) computerFuncs(current func(*gatewayv1.HTTPRoute) gatewayv1.HTTPRouteStatus) routeComputer {
+	desired := func(r *gatewayv1.HTTPRoute) (gatewayv1.HTTPRouteStatus, error) { return w.desired(r), nil }
 	if current == nil {
 		current = func(r *gatewayv1.HTTPRoute) gatewayv1.HTTPRouteStatus { return r.Status }
+		// As the example's controller does: a status found up to date is
+		// not built again.
+		desired = func(r *gatewayv1.HTTPRoute) (gatewayv1.HTTPRouteStatus, error) {
+			if w.computer.UpToDate(r, w.lookup) {
+				return r.Status, nil
+			}
+			return w.desired(r), nil
+		}
 	}
 	return routeComputer{
 		KeyFunc: func(r *gatewayv1.HTTPRoute) types.NamespacedName {
 			return types.NamespacedName{Namespace: r.Namespace, Name: r.Name}
 		},
 		CurrentFunc: current,
-		DesiredFunc: func(r *gatewayv1.HTTPRoute) (gatewayv1.HTTPRouteStatus, error) { return w.desired(r), nil },
+		DesiredFunc: desired,
 		EqualFunc:   routestatus.Equal,
 		PatchFunc:   buildPatch,
 	}

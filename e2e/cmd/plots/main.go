@@ -6,14 +6,18 @@
 // Usage (from the e2e module):
 //
 //	go run ./cmd/plots [-in ../docs/stall-memory.csv] [-storm-in ../docs/storm-dispatch.csv]
-//	    [-shards-in ../docs/shards-held.csv -shards 8] [-out ../docs] [-format svg]
+//	    [-shards-in ../docs/shards-held.csv -shards 8] [-curve-in ../docs/politeness-curve.csv]
+//	    [-out ../docs] [-format svg]
 //
 // It writes stall-depth.<format> (the quietpatch queue's depth and its
 // Peak-EWMA over time) and stall-heap.<format> (the live heap of both
 // variants over time) from -in, and storm-dispatch.<format> (the in-flight
 // limit, the latency estimate and the queue over a storm) from -storm-in,
 // and shards-held.<format> (the shards each replica held over a kill -9
-// and a join, BenchmarkSharded; K is -shards) from -shards-in, into -out; an input set to "" is skipped. -format is svg (the default)
+// and a join, BenchmarkSharded; K is -shards) from -shards-in, and
+// politeness-curve.<format> (each storm's rate against the competing
+// client's p99, BenchmarkPoliteness) from -curve-in, into -out; an input
+// set to "" is skipped. -format is svg (the default)
 // or any format gonum.org/v1/plot saves: png, pdf, eps, jpg, tif.
 package main
 
@@ -41,6 +45,7 @@ func run(args []string) error {
 	stormIn := fs.String("storm-in", filepath.Join("..", "docs", perf.StormCSVFile), "samples CSV written by BenchmarkStorm (\"\": skip)")
 	shardsIn := fs.String("shards-in", filepath.Join("..", "docs", perf.ShardsCSVFile), "samples CSV written by BenchmarkSharded (\"\": skip)")
 	shards := fs.Int("shards", 8, "K of the samples of -shards-in")
+	curveIn := fs.String("curve-in", "", "trade-off points CSV written by BenchmarkPoliteness, e.g. ../docs/"+perf.CurveCSVFile+" (\"\": skip)")
 	out := fs.String("out", filepath.Join("..", "docs"), "directory to write the plots into")
 	format := fs.String("format", "svg", "image format: svg, png, pdf, eps, jpg or tif")
 	if err := fs.Parse(args); err != nil {
@@ -113,6 +118,23 @@ func run(args []string) error {
 		}
 		path := outPath(perf.ShardsPlotFile)
 		if err := perf.PlotShards(samples, *shards, path); err != nil {
+			errs = append(errs, err)
+		} else {
+			fmt.Println(path)
+		}
+	}
+	if *curveIn != "" {
+		f, err := os.Open(*curveIn)
+		if err != nil {
+			return err
+		}
+		points, err := perf.ReadCurveCSV(f)
+		f.Close()
+		if err != nil {
+			return err
+		}
+		path := outPath(perf.CurvePlotFile)
+		if err := perf.PlotCurve(points, path); err != nil {
 			errs = append(errs, err)
 		} else {
 			fmt.Println(path)

@@ -43,7 +43,13 @@ func (c routeComputer) Key(r routeObject) types.NamespacedName {
 
 func (c routeComputer) Current(r routeObject) routeStatus { return r.Status }
 
+// Desired is the route's status itself when it is up to date (the common
+// case of a pass, checked without building a status), else the status
+// Compute returns.
 func (c routeComputer) Desired(r routeObject) (routeStatus, error) {
+	if c.computer.UpToDate(r, c.lookup) {
+		return r.Status, nil
+	}
 	return c.computer.Compute(r, c.lookup, c.now()), nil
 }
 

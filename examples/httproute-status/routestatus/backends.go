@@ -1,7 +1,7 @@
 package routestatus
 
 import (
-	"fmt"
+	"strconv"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -14,15 +14,24 @@ type backendPath struct {
 	filter  int // -1: the backendRef itself
 }
 
-func (p backendPath) String() string {
-	switch {
-	case p.backend < 0:
-		return fmt.Sprintf("spec.rules[%d].filters[%d].requestMirror.backendRef", p.rule, p.filter)
-	case p.filter < 0:
-		return fmt.Sprintf("spec.rules[%d].backendRefs[%d]", p.rule, p.backend)
-	default:
-		return fmt.Sprintf("spec.rules[%d].backendRefs[%d].filters[%d].requestMirror.backendRef", p.rule, p.backend, p.filter)
+func (p backendPath) String() string { return string(p.appendTo(nil)) }
+
+func (p backendPath) appendTo(b []byte) []byte {
+	b = append(b, "spec.rules["...)
+	b = strconv.AppendInt(b, int64(p.rule), 10)
+	if p.backend < 0 {
+		b = append(b, "].filters["...)
+		b = strconv.AppendInt(b, int64(p.filter), 10)
+		return append(b, "].requestMirror.backendRef"...)
 	}
+	b = append(b, "].backendRefs["...)
+	b = strconv.AppendInt(b, int64(p.backend), 10)
+	if p.filter < 0 {
+		return append(b, ']')
+	}
+	b = append(b, "].filters["...)
+	b = strconv.AppendInt(b, int64(p.filter), 10)
+	return append(b, "].requestMirror.backendRef"...)
 }
 
 // backendCheck accumulates the outcome of checking backend references: the
@@ -62,14 +71,10 @@ func (ev *evaluation) resolvedRefs() verdict {
 	}
 	if bc.failures == 0 {
 		ev.refs = verdict{status: metav1.ConditionTrue, reason: gatewayv1.RouteReasonResolvedRefs,
-			message: "All references resolved."}
+			msg: text("All references resolved.")}
 		return ev.refs
 	}
-	msg := bc.first.String() + ": " + bc.describe(ev.route.Namespace)
-	if bc.failures > 1 {
-		msg += fmt.Sprintf(" (%d more unresolved references)", bc.failures-1)
-	}
-	ev.refs = verdict{status: metav1.ConditionFalse, reason: bc.reason, message: sanitize(msg)}
+	ev.refs = verdict{status: metav1.ConditionFalse, reason: bc.reason, msg: bc.message(ev.route.Namespace)}
 	return ev.refs
 }
 
@@ -105,21 +110,18 @@ func (ev *evaluation) checkBackend(bc *backendCheck, ref *gatewayv1.BackendObjec
 	}
 }
 
-func (bc *backendCheck) describe(routeNamespace string) string {
-	switch bc.reason {
-	case gatewayv1.RouteReasonInvalidKind:
-		kind := kindService
+// message is the ResolvedRefs message of a failed check: where the first
+// failure is, what it is, and how many more there are.
+func (bc *backendCheck) message(routeNamespace string) message {
+	m := message{kind: msgBackend, reason: bc.reason, n1: bc.first.rule, n2: bc.first.backend, n3: bc.first.filter,
+		n4: bc.failures - 1, s1: bc.ns, s2: string(bc.ref.Name), s3: routeNamespace}
+	if bc.reason == gatewayv1.RouteReasonInvalidKind {
+		m.s1, m.s2 = kindService, string(deref(bc.ref.Group))
 		if bc.ref.Kind != nil {
-			kind = string(*bc.ref.Kind)
+			m.s1 = string(*bc.ref.Kind)
 		}
-		return fmt.Sprintf("unsupported backend kind %q in group %q; only Services (group \"\") are supported.",
-			kind, deref(bc.ref.Group))
-	case gatewayv1.RouteReasonRefNotPermitted:
-		return fmt.Sprintf("Service %s/%s is in another namespace and no ReferenceGrant there allows HTTPRoutes from namespace %q to refer to it.",
-			bc.ns, bc.ref.Name, routeNamespace)
-	default:
-		return fmt.Sprintf("Service %s/%s not found.", bc.ns, bc.ref.Name)
 	}
+	return m
 }
 
 // granted reports whether a ReferenceGrant in namespace ns allows HTTPRoutes

@@ -41,6 +41,7 @@ type Options struct {
 // returns a copy of the route's current status.
 type Computer struct {
 	opts Options
+	sels *selectorCache
 }
 
 // NewComputer returns a Computer for opts, or an error wrapping
@@ -50,7 +51,7 @@ func NewComputer(opts Options) (*Computer, error) {
 		return nil, fmt.Errorf(`%w: Options.ControllerName must be DOMAIN/PATH (e.g. "example.net/gateway-controller") of at most 253 characters, got %q`,
 			ErrInvalidOptions, opts.ControllerName)
 	}
-	return &Computer{opts: opts}, nil
+	return &Computer{opts: opts, sels: &selectorCache{}}, nil
 }
 
 // Options returns the options the Computer was built with.
@@ -222,15 +223,15 @@ type verdict struct {
 	handled bool
 	status  metav1.ConditionStatus
 	reason  gatewayv1.RouteConditionReason
-	message string
+	msg     message
 }
 
 func accepted(msg string) verdict {
-	return verdict{handled: true, status: metav1.ConditionTrue, reason: gatewayv1.RouteReasonAccepted, message: msg}
+	return verdict{handled: true, status: metav1.ConditionTrue, reason: gatewayv1.RouteReasonAccepted, msg: text(msg)}
 }
 
-func rejected(reason gatewayv1.RouteConditionReason, msg string) verdict {
-	return verdict{handled: true, status: metav1.ConditionFalse, reason: reason, message: msg}
+func rejected(reason gatewayv1.RouteConditionReason, msg message) verdict {
+	return verdict{handled: true, status: metav1.ConditionFalse, reason: reason, msg: msg}
 }
 
 // evaluation holds the per-call state of Compute, including results that are
@@ -279,16 +280,15 @@ func (ev *evaluation) serviceParent(ref *gatewayv1.ParentReference, ns string) v
 	name := string(ref.Name)
 	svc, ok := ev.lk.Service(ns, name)
 	if !ok || svc == nil {
-		return rejected(gatewayv1.RouteReasonNoMatchingParent,
-			sanitize(fmt.Sprintf("Service %s/%s not found.", ns, name)))
+		return rejected(gatewayv1.RouteReasonNoMatchingParent, message{kind: msgServiceNotFound, s1: ns, s2: name})
 	}
 	if svc.Spec.Type == corev1.ServiceTypeExternalName {
 		return rejected(gatewayv1.RouteReasonNoMatchingParent,
-			"The Service is of type ExternalName; only ClusterIP Services can be mesh parents.")
+			text("The Service is of type ExternalName; only ClusterIP Services can be mesh parents."))
 	}
 	if svc.Spec.ClusterIP == corev1.ClusterIPNone {
 		return rejected(gatewayv1.RouteReasonNoMatchingParent,
-			"The Service is headless (clusterIP: None); only ClusterIP Services can be mesh parents.")
+			text("The Service is headless (clusterIP: None); only ClusterIP Services can be mesh parents."))
 	}
 	section := deref(ref.SectionName)
 	port := deref(ref.Port)
@@ -302,23 +302,10 @@ func (ev *evaluation) serviceParent(ref *gatewayv1.ParentReference, ns string) v
 			}
 		}
 		if !found {
-			return rejected(gatewayv1.RouteReasonNoMatchingParent,
-				sanitize("The Service has no port "+describeSection(string(section), port)+"."))
+			return rejected(gatewayv1.RouteReasonNoMatchingParent, message{kind: msgNoServicePort, s1: string(section), n1: int(port)})
 		}
 	}
 	return accepted("Accepted by the mesh for this Service.")
-}
-
-// describeSection renders a sectionName/port selector for messages.
-func describeSection(section string, port int32) string {
-	switch {
-	case section != "" && port != 0:
-		return fmt.Sprintf("named %q with port %d", section, port)
-	case section != "":
-		return fmt.Sprintf("named %q", section)
-	default:
-		return fmt.Sprintf("with port %d", port)
-	}
 }
 
 // entry builds our parent entry for ref, merging with the conditions of our
@@ -332,13 +319,13 @@ func (ev *evaluation) entry(ref *gatewayv1.ParentReference, acc *verdict, prev [
 			Type:    string(gatewayv1.RouteConditionAccepted),
 			Status:  acc.status,
 			Reason:  string(acc.reason),
-			Message: acc.message,
+			Message: acc.msg.String(),
 		},
 		{
 			Type:    string(gatewayv1.RouteConditionResolvedRefs),
 			Status:  rr.status,
 			Reason:  string(rr.reason),
-			Message: rr.message,
+			Message: rr.msg.String(),
 		},
 	}
 	e.Conditions = ev.mergeConditions(prev, &ours)

@@ -16,6 +16,10 @@
 //     their parentRef left the spec, and appended for new parentRefs. Each
 //     carries Accepted and ResolvedRefs conditions with the reasons the
 //     Gateway API defines. See Computer.Compute for the exact rules.
+//   - Computer.UpToDate(route, lookup): whether the route's status already
+//     is what Compute would return (as Equal compares), decided without
+//     building it and without allocating: what a pass over a converged
+//     cluster asks of every route. The example's controller calls it first.
 //   - Equal(current, desired): the typed comparator the reconciler uses to
 //     skip unchanged routes. It ignores lastTransitionTime and the order of
 //     conditions, and does not allocate.
@@ -27,6 +31,9 @@
 //
 // # A reconcile step
 //
+//	if computer.UpToDate(route, lookup) {
+//		return // nothing to write, nothing allocated
+//	}
 //	desired := computer.Compute(route, lookup, now)
 //	if routestatus.Equal(route.Status, desired) {
 //		return // nothing to write, nothing allocated beyond Compute

@@ -23,10 +23,14 @@ import (
 //     lastTransitionTime; type, status, reason, message and
 //     observedGeneration must be equal.
 //
-// A nil and an empty parents list are equal.
+// A nil and an empty parents list are equal; a list is equal to itself at
+// once (the status UpToDate found up to date, compared with itself).
 func Equal(a, b gatewayv1.HTTPRouteStatus) bool {
 	if len(a.Parents) != len(b.Parents) {
 		return false
+	}
+	if len(a.Parents) > 0 && &a.Parents[0] == &b.Parents[0] {
+		return true
 	}
 	for i := range a.Parents {
 		pa, pb := &a.Parents[i], &b.Parents[i]

@@ -115,6 +115,23 @@ func ExampleComputer_Compute_foreignEntries() {
 	//   ResolvedRefs=True ResolvedRefs: All references resolved.
 }
 
+// UpToDate answers what a pass asks of every route — is its status
+// already the one Compute would return? — without building a status.
+func ExampleComputer_UpToDate() {
+	computer, _ := routestatus.NewComputer(routestatus.Options{ControllerName: "example.net/quietpatch"})
+	lk := exampleWorld()
+	route := exampleRoute("cart", "payments")
+	fmt.Println("before the first patch:", computer.UpToDate(route, lk))
+	route.Status = computer.Compute(route, lk, time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	fmt.Println("once written:", computer.UpToDate(route, lk))
+	route.Generation++ // the spec changed: observedGeneration is behind
+	fmt.Println("after a spec change:", computer.UpToDate(route, lk))
+	// Output:
+	// before the first patch: false
+	// once written: true
+	// after a spec change: false
+}
+
 func ExampleNewComputer() {
 	_, err := routestatus.NewComputer(routestatus.Options{ControllerName: "quietpatch"})
 	fmt.Println(errors.Is(err, routestatus.ErrInvalidOptions))

@@ -336,3 +336,101 @@ func FuzzCompute(f *testing.F) {
 		}
 	})
 }
+
+// checkUpToDate checks that UpToDate agrees with Equal(status,
+// Compute(...)) on the random route data describes, on the status Compute
+// returns for it (up to date), and on that status with one change chosen
+// by mutation: an entry swapped, removed or duplicated, a condition's
+// message, reason, generation or type changed, a condition added or
+// removed.
+func checkUpToDate(t *testing.T, data []byte, mutation int) {
+	t.Helper()
+	s := &byteSource{b: data}
+	r, snap := fuzzWorld(s)
+	c, err := NewComputer(Options{ControllerName: testController, Mesh: s.flip()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string, r *gatewayv1.HTTPRoute) {
+		t.Helper()
+		want := Equal(r.Status, c.Compute(r, snap, t0))
+		if got := c.UpToDate(r, snap); got != want {
+			t.Fatalf("%s (mutation %d): UpToDate = %v, Equal(status, Compute) = %v; status %+v", what, mutation, got, want, r.Status.Parents)
+		}
+	}
+	check("random status", r)
+	r2 := r.DeepCopy()
+	r2.Status = c.Compute(r, snap, t0)
+	if !c.UpToDate(r2, snap) {
+		t.Fatalf("the status Compute returned is not up to date: %+v", r2.Status.Parents)
+	}
+	ps := r2.Status.Parents
+	if len(ps) == 0 {
+		return
+	}
+	i := s.intn(len(ps))
+	conds := ps[i].Conditions
+	k := 0
+	if len(conds) > 0 {
+		k = s.intn(len(conds))
+	}
+	switch mutation % 10 {
+	case 0:
+		j := s.intn(len(ps))
+		ps[i], ps[j] = ps[j], ps[i]
+	case 1:
+		r2.Status.Parents = append(ps[:i:i], ps[i+1:]...)
+	case 2:
+		r2.Status.Parents = append(ps[:i+1:i+1], ps[i:]...)
+	case 3:
+		if len(conds) > 0 {
+			conds[k].Message += pick(s, ".", "x", " (1 more unresolved references)")
+		}
+	case 4:
+		if len(conds) > 0 {
+			conds[k].Reason = pick(s, "Accepted", "NoMatchingParent", "BackendNotFound")
+		}
+	case 5:
+		if len(conds) > 0 {
+			conds[k].ObservedGeneration++
+		}
+	case 6:
+		if len(conds) > 0 {
+			conds[k].Type = pick(s, "Accepted", "ResolvedRefs", "Other")
+		}
+	case 7:
+		ps[i].Conditions = append(conds, metav1.Condition{Type: pick(s, "Other", "Accepted", "x/Y"), Status: metav1.ConditionTrue,
+			Reason: "Some", Message: "m", LastTransitionTime: metav1.NewTime(t0)})
+	case 8:
+		if len(conds) > 0 {
+			ps[i].Conditions = conds[:len(conds)-1]
+		}
+	case 9:
+		if len(conds) > 0 {
+			conds[k].Status = pick(s, metav1.ConditionTrue, metav1.ConditionFalse)
+		}
+	}
+	check("changed status", r2)
+}
+
+// TestUpToDateAgrees runs checkUpToDate on 5,000 random routes, each
+// mutation in turn.
+func TestUpToDateAgrees(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range 5_000 {
+		b := make([]byte, 16+rng.IntN(512))
+		for j := range b {
+			b[j] = byte(rng.UintN(256))
+		}
+		checkUpToDate(t, b, i)
+	}
+}
+
+// FuzzUpToDate is checkUpToDate on fuzz input. `go test` runs the seed
+// corpus.
+func FuzzUpToDate(f *testing.F) {
+	for _, b := range fuzzSeeds() {
+		f.Add(b, uint8(0))
+	}
+	f.Fuzz(func(t *testing.T, data []byte, mutation uint8) { checkUpToDate(t, data, int(mutation)) })
+}

@@ -1,7 +1,6 @@
 package routestatus
 
 import (
-	"fmt"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -49,17 +48,15 @@ func (ev *evaluation) gatewayParent(ref *gatewayv1.ParentReference, ns string) v
 	switch {
 	case matched == 0:
 		if section == "" && port == 0 {
-			return rejected(gatewayv1.RouteReasonNoMatchingParent, "The Gateway has no listeners.")
+			return rejected(gatewayv1.RouteReasonNoMatchingParent, text("The Gateway has no listeners."))
 		}
-		return rejected(gatewayv1.RouteReasonNoMatchingParent,
-			sanitize("The Gateway has no listener "+describeSection(string(section), port)+"."))
+		return rejected(gatewayv1.RouteReasonNoMatchingParent, message{kind: msgNoListener, s1: string(section), n1: int(port)})
 	case kindDenied+nsDenied == matched:
-		return rejected(gatewayv1.RouteReasonNotAllowedByListeners, sanitize(fmt.Sprintf(
-			"No matching listener allows this route: %d of %d do not accept HTTPRoutes (protocol or allowedRoutes.kinds), %d do not allow routes from namespace %q.",
-			kindDenied, matched, nsDenied, ev.route.Namespace)))
+		return rejected(gatewayv1.RouteReasonNotAllowedByListeners,
+			message{kind: msgNotAllowed, n1: kindDenied, n2: matched, n3: nsDenied, s3: ev.route.Namespace})
 	case attached == 0:
 		return rejected(gatewayv1.RouteReasonNoMatchingListenerHostname,
-			"No listener that allows this route has a hostname intersecting the route's hostnames.")
+			text("No listener that allows this route has a hostname intersecting the route's hostnames."))
 	}
 	return accepted("Accepted by the Gateway.")
 }
@@ -112,11 +109,8 @@ func (ev *evaluation) namespaceAllowed(l *gatewayv1.Listener, gatewayNamespace s
 		if ns == nil {
 			return false
 		}
-		s, err := metav1.LabelSelectorAsSelector(sel)
-		if err != nil {
-			return false
-		}
-		return s.Matches(labels.Set(ns.Labels))
+		s, ok := ev.c.sels.get(sel)
+		return ok && s.Matches(labels.Set(ns.Labels))
 	}
 	return false
 }

@@ -10,8 +10,12 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	corev1listers "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gatewayv1listers "sigs.k8s.io/gateway-api/pkg/client/listers/apis/v1"
 
 	"github.com/quietpatch/quietpatch/examples/httproute-status/fixtures"
 	"github.com/quietpatch/quietpatch/examples/httproute-status/routestatus"
@@ -95,6 +99,12 @@ func convergedSet(b *testing.B, n int) (*fixtures.Set, *routestatus.Computer, *r
 //   - unchanged-typed: statuspatch.Reconciler.ReconcileAll with the
 //     example's computer and the typed routestatus.Equal: compute, compare,
 //     nothing else.
+//   - unchanged-uptodate: the same pass as the example's controller makes
+//     it: Computer.UpToDate first, Compute only for a route whose status is
+//     not up to date (none here), then Equal.
+//   - unchanged-uptodate-listers: the same over routestatus.Listers of
+//     informer indexers (what the controller's lookup is) instead of a
+//     Snapshot: the listers' own allocations (keys, not-found errors).
 //   - unchanged-gocmp: the same pass with a go-cmp comparator
 //     (conditions.CmpEqual with IgnoreTransitionTime and SortByType) in
 //     place of routestatus.Equal.
@@ -107,7 +117,11 @@ func BenchmarkRoutePass(b *testing.B) {
 	set, computer, lk, now := convergedSet(b, n)
 	claim := leader.Claim{Holder: "pass-bench", Expiry: time.Now().Add(time.Hour), Epoch: 1}
 
-	reconciler := func(b *testing.B, equal func(a, b gatewayv1.HTTPRouteStatus) bool) *statuspatch.Reconciler[*gatewayv1.HTTPRoute, gatewayv1.HTTPRouteStatus, statuspatch.MergePatch] {
+	compute := func(r *gatewayv1.HTTPRoute) (gatewayv1.HTTPRouteStatus, error) {
+		return computer.Compute(r, lk, now), nil
+	}
+	reconciler := func(b *testing.B, desired func(*gatewayv1.HTTPRoute) (gatewayv1.HTTPRouteStatus, error),
+		equal func(a, b gatewayv1.HTTPRouteStatus) bool) *statuspatch.Reconciler[*gatewayv1.HTTPRoute, gatewayv1.HTTPRouteStatus, statuspatch.MergePatch] {
 		q, err := statuspatch.NewPatchQueue[types.NamespacedName](statuspatch.Options{Capacity: 1000})
 		if err != nil {
 			b.Fatal(err)
@@ -118,10 +132,8 @@ func BenchmarkRoutePass(b *testing.B) {
 				return types.NamespacedName{Namespace: r.Namespace, Name: r.Name}
 			},
 			CurrentFunc: func(r *gatewayv1.HTTPRoute) gatewayv1.HTTPRouteStatus { return r.Status },
-			DesiredFunc: func(r *gatewayv1.HTTPRoute) (gatewayv1.HTTPRouteStatus, error) {
-				return computer.Compute(r, lk, now), nil
-			},
-			EqualFunc: equal,
+			DesiredFunc: desired,
+			EqualFunc:   equal,
 			PatchFunc: func(r *gatewayv1.HTTPRoute, desired gatewayv1.HTTPRouteStatus) (statuspatch.MergePatch, error) {
 				return statuspatch.NewMergePatch(r, desired)
 			},
@@ -170,12 +182,31 @@ func BenchmarkRoutePass(b *testing.B) {
 	}
 
 	b.Run("unchanged-typed", func(b *testing.B) {
-		measure(b, reconcilerPass(reconciler(b, routestatus.Equal)))
+		measure(b, reconcilerPass(reconciler(b, compute, routestatus.Equal)))
+	})
+	b.Run("unchanged-uptodate", func(b *testing.B) {
+		upToDate := func(r *gatewayv1.HTTPRoute) (gatewayv1.HTTPRouteStatus, error) {
+			if computer.UpToDate(r, lk) {
+				return r.Status, nil
+			}
+			return computer.Compute(r, lk, now), nil
+		}
+		measure(b, reconcilerPass(reconciler(b, upToDate, routestatus.Equal)))
+	})
+	b.Run("unchanged-uptodate-listers", func(b *testing.B) {
+		ls := listersOf(b, set)
+		upToDate := func(r *gatewayv1.HTTPRoute) (gatewayv1.HTTPRouteStatus, error) {
+			if computer.UpToDate(r, ls) {
+				return r.Status, nil
+			}
+			return computer.Compute(r, ls, now), nil
+		}
+		measure(b, reconcilerPass(reconciler(b, upToDate, routestatus.Equal)))
 	})
 	b.Run("unchanged-gocmp", func(b *testing.B) {
 		gocmp := conditions.CmpEqual[gatewayv1.HTTPRouteStatus](
 			conditions.IgnoreTransitionTime(), conditions.SortByType())
-		measure(b, reconcilerPass(reconciler(b, gocmp)))
+		measure(b, reconcilerPass(reconciler(b, compute, gocmp)))
 	})
 	b.Run("naive", func(b *testing.B) {
 		var queued int
@@ -199,4 +230,37 @@ func BenchmarkRoutePass(b *testing.B) {
 			b.Fatal("naive pass queued nothing")
 		}
 	})
+}
+
+// listersOf returns routestatus.Listers over indexers holding set's
+// objects other than routes, as informers would.
+func listersOf(b *testing.B, set *fixtures.Set) routestatus.Listers {
+	b.Helper()
+	idx := func() cache.Indexer {
+		return cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	}
+	svcs, nss, gws, gcs, grants := idx(), idx(), idx(), idx(), idx()
+	for _, o := range set.Objects() {
+		var err error
+		switch o.(type) {
+		case *corev1.Service:
+			err = svcs.Add(o)
+		case *corev1.Namespace:
+			err = nss.Add(o)
+		case *gatewayv1.Gateway:
+			err = gws.Add(o)
+		case *gatewayv1.GatewayClass:
+			err = gcs.Add(o)
+		case *gatewayv1.ReferenceGrant:
+			err = grants.Add(o)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	return routestatus.Listers{
+		Services: corev1listers.NewServiceLister(svcs), Namespaces: corev1listers.NewNamespaceLister(nss),
+		Gateways: gatewayv1listers.NewGatewayLister(gws), GatewayClasses: gatewayv1listers.NewGatewayClassLister(gcs),
+		ReferenceGrantsV1: gatewayv1listers.NewReferenceGrantLister(grants),
+	}
 }
