@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
-	"sync"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -132,113 +130,6 @@ func (p MergePatch) Body() ([]byte, error) {
 
 func (p MergePatch) key() string {
 	return types.NamespacedName{Namespace: p.Namespace, Name: p.Name}.String()
-}
-
-// ServerTimeoutMargin bounds how much earlier than ctx's deadline
-// [ServerTimeout] tells the API server to give a request up.
-const ServerTimeoutMargin = 100 * time.Millisecond
-
-// ServerTimeout is [ServerTimeoutAt] of time.Now().
-func ServerTimeout(ctx context.Context) (d time.Duration, ok bool) {
-	return ServerTimeoutAt(ctx, time.Now())
-}
-
-// ServerTimeoutAt returns the timeout to send the API server, as the query
-// parameter timeout, for a request made at now under ctx: what is left of
-// ctx's deadline, less a tenth of it but at most [ServerTimeoutMargin],
-// floored to the millisecond. The margin lets the server's 504 reach the
-// client before the client's own deadline, so that the call is counted as
-// abandoned by the server (outcome.Abandoned) rather than timed out. The
-// server counts the timeout from when it received the request's headers:
-// a request delayed before that by more than the margin gets as much more
-// time, counted from its sending.
-//
-// ok is false when ctx is done or less than a millisecond would be left:
-// send nothing (the server reads a timeout of 0 as its own default, 60 s).
-// Without a deadline it returns 0, true: send no timeout.
-func ServerTimeoutAt(ctx context.Context, now time.Time) (d time.Duration, ok bool) {
-	deadline, has := ctx.Deadline()
-	if !has {
-		return 0, ctx.Err() == nil
-	}
-	left := deadline.Sub(now)
-	left -= min(left/10, ServerTimeoutMargin)
-	d = left.Truncate(time.Millisecond)
-	if d < time.Millisecond || ctx.Err() != nil {
-		return 0, false
-	}
-	return d, true
-}
-
-// withServerTimeout returns req with ctx's deadline as its timeout
-// parameter ([ServerTimeout]) and no client-side timeout beyond ctx's (so
-// that the server's 504 can reach the client first), or an error wrapping
-// context.DeadlineExceeded when the deadline leaves no time: send nothing.
-func withServerTimeout(ctx context.Context, req *rest.Request) (*rest.Request, error) {
-	timeout, ok := ServerTimeout(ctx)
-	if !ok {
-		return nil, fmt.Errorf("not sent: its deadline leaves no time: %w", context.DeadlineExceeded)
-	}
-	// Timeout(0): client-go would otherwise set the parameter from its own
-	// (rest.Config.Timeout) and cut the request there.
-	req = req.Timeout(0)
-	if timeout > 0 {
-		req = req.Param("timeout", timeout.String())
-	}
-	return req, nil
-}
-
-// MaxFieldManager is the length the API server allows a field manager.
-const MaxFieldManager = 128
-
-// WriteClaim is who makes a write: the replica's identity, the Lease it
-// holds and the epoch of its claim. The [Dispatcher] attaches it to the
-// context of every Patcher call; a Patcher reads it with [WriteClaimFrom].
-type WriteClaim struct {
-	// Identity is the holder identity of the claim (leader.Config.Identity).
-	Identity string
-	// LeaseNamespace and LeaseName name the Lease; empty when the
-	// leader.Observer does not tell (it has no Config() leader.Config
-	// method, as *leader.Claimer has).
-	LeaseNamespace, LeaseName string
-	// Epoch is the claim's epoch.
-	Epoch int64
-}
-
-type writeClaimKey struct{}
-
-// WithWriteClaim returns a copy of ctx that carries w.
-func WithWriteClaim(ctx context.Context, w WriteClaim) context.Context {
-	return context.WithValue(ctx, writeClaimKey{}, w)
-}
-
-// WriteClaimFrom returns the WriteClaim ctx carries, if any.
-func WriteClaimFrom(ctx context.Context) (WriteClaim, bool) {
-	w, ok := ctx.Value(writeClaimKey{}).(WriteClaim)
-	return w, ok
-}
-
-// FencedFieldManager returns the field manager of a write made by w under
-// the fence: <w.LeaseNamespace>/<w.LeaseName>@<w.Identity>. A
-// ValidatingAdmissionPolicy whose param is the Lease splits it at the
-// first "@" and denies the write when the Lease's spec.holderIdentity is
-// not the rest (the HTTPRoute example's deploy/fence). It names the Lease
-// whole: a Lease of the same name in another namespace has a binding of
-// its own, which must not judge this write. It replaces the patcher's own
-// field manager, for which the API server's [MaxFieldManager] characters
-// leave no room with the longest shard Lease names and identities made of
-// pod names. It fails, naming what to shorten, when the result is longer
-// than that, and when w names no Lease or identity.
-func FencedFieldManager(w WriteClaim) (string, error) {
-	if w.LeaseNamespace == "" || w.LeaseName == "" || w.Identity == "" {
-		return "", &outcome.ConfigError{Field: "Observer", Reason: "must tell the Lease and the identity of the writer to fence its writes (leader.Claimer does)"}
-	}
-	fm := w.LeaseNamespace + "/" + w.LeaseName + "@" + w.Identity
-	if len(fm) > MaxFieldManager {
-		return "", &outcome.ConfigError{Field: "Lease", Reason: fmt.Sprintf("namespace %q, name %q and identity %q make a fenced field manager of %d characters, more than the API server's %d: shorten Lease.Namespace, Lease.Name or Lease.Identity",
-			w.LeaseNamespace, w.LeaseName, w.Identity, len(fm), MaxFieldManager)}
-	}
-	return fm, nil
 }
 
 // DynamicStatusPatcher applies [MergePatch]es to the status subresource of
@@ -367,22 +258,6 @@ func (d *DynamicStatusPatcher) Patch(ctx context.Context, p MergePatch) error {
 	return err
 }
 
-// CheckFieldManager returns the error patcher's FieldManagerFor(w) method
-// returns, if it has one (as [DynamicStatusPatcher] has): a fenced patcher
-// that cannot name the writer w in [MaxFieldManager] characters.
-// [NewDispatcher] checks its own writer, and quietpatch.NewSharded the one
-// with the longest shard Lease name, so that no write fails for it later.
-func CheckFieldManager(patcher any, w WriteClaim) error {
-	f, ok := patcher.(interface {
-		FieldManagerFor(WriteClaim) (string, error)
-	})
-	if !ok {
-		return nil
-	}
-	_, err := f.FieldManagerFor(w)
-	return err
-}
-
 // send makes one PATCH of the status of namespace/name.
 func (d *DynamicStatusPatcher) send(ctx context.Context, namespace, name string, body []byte, fieldManager string, dryRun bool) error {
 	path := []string{"/apis", d.gvr.Group, d.gvr.Version}
@@ -402,67 +277,4 @@ func (d *DynamicStatusPatcher) send(ctx context.Context, namespace, name string,
 		req = req.Param("dryRun", metav1.DryRunAll)
 	}
 	return req.Body(body).Do(ctx).Error()
-}
-
-// unfencedWarning is the self-check's warning: the fence does not guard
-// a Lease's writes.
-const unfencedWarning = "statuspatch: the API server does not fence the writes under this Lease: a dry-run status write naming another writer was not denied; install the fence's ValidatingAdmissionPolicy and a binding whose paramRef selects this Lease (namespace the Lease's, and its name, or the selector quietpatch.io/claim=true for every shard Lease: see examples/httproute-status/deploy/fence)"
-
-// fenceCheck is a fenced patcher's self-check: one dry-run write per Lease
-// that names a writer other than the holder, which the fence must deny.
-type fenceCheck struct {
-	log *slog.Logger
-
-	mu     sync.Mutex
-	leases map[string]bool // namespace/name: checked (true) or being checked (false)
-	warned bool
-}
-
-// check follows a write under w's Lease that ended with werr: a write the
-// fence denied shows it works; after a write that succeeded, check makes
-// the dry-run write unless it was made, or is being made. One that gets
-// no answer is made again after a later write.
-func (f *fenceCheck) check(ctx context.Context, d *DynamicStatusPatcher, p MergePatch, w WriteClaim, werr error) {
-	lease := w.LeaseNamespace + "/" + w.LeaseName
-	f.mu.Lock()
-	_, seen := f.leases[lease]
-	switch {
-	case outcome.Of(werr) == outcome.Fenced:
-		f.leases[lease] = true
-		seen = true
-	case werr != nil:
-		seen = true // not now
-	case !seen:
-		f.leases[lease] = false
-	}
-	f.mu.Unlock()
-	if seen {
-		return
-	}
-	other := w
-	other.Identity = "~" + w.Identity[1:] // same length, never the holder
-	if w.Identity[0] == '~' {
-		other.Identity = "-" + w.Identity[1:]
-	}
-	fm, _ := FencedFieldManager(other) // w's fits: so does other's
-	err := d.send(ctx, p.Namespace, p.Name, []byte("{}"), fm, true)
-	o := outcome.Of(err)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if !outcome.Answered(err) {
-		delete(f.leases, lease) // again after a later write
-		return
-	}
-	f.leases[lease] = true
-	if o == outcome.Fenced {
-		f.log.Debug("statuspatch: the fence guards the Lease", slog.String("lease", lease))
-		return
-	}
-	if f.warned {
-		f.log.Debug("statuspatch: the fence does not guard the Lease either", slog.String("lease", lease), slog.String("outcome", string(o)))
-		return
-	}
-	f.warned = true
-	f.log.Warn(unfencedWarning,
-		slog.String("lease", lease), slog.String("outcome", string(o)), slog.String("fieldManager", fm), slog.Any("error", err))
 }
