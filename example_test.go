@@ -5,12 +5,16 @@ import (
 	"fmt"
 	"time"
 
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/quietpatch/quietpatch"
@@ -42,8 +46,9 @@ type WidgetStatus struct {
 }
 
 // The whole wiring of a status controller for a custom resource: a cache of
-// Widgets, the one function that says what their conditions should be, and
-// one call. Run waits for the cache, competes for the Lease, reconciles
+// Widgets, a cache of the policy they are checked against (a ConfigMap, a
+// Dependency), the one function that says what their conditions should be,
+// and one call. Run waits for the cache, competes for the Lease, reconciles
 // every interval and on every change, patches only what changed, and stops
 // in the safe order. The clients here are client-go's fakes (fakeREST
 // applies the patcher's requests to the fake dynamic client); a controller
@@ -60,7 +65,10 @@ func Example() {
 	}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{gvr: "WidgetList"}, widget("small", 3), widget("huge", 300))
-	kube := fake.NewClientset()
+	kube := fake.NewClientset(&corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "widget-policy"},
+		Data:       map[string]string{"maxSize": "100"},
+	})
 
 	// A cache of Widgets, converted to the Go type once as they arrive.
 	informers := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
@@ -70,12 +78,27 @@ func Example() {
 		return
 	}
 
-	// The status: one Ready condition from the spec.
+	// The policy: a cache of the ConfigMap the conditions read. Declared
+	// as a Dependency below, Run waits for it, and each of its changes
+	// reconciles every Widget.
+	policyInformers := kubeinformers.NewSharedInformerFactoryWithOptions(kube, 0, kubeinformers.WithNamespace("demo"))
+	policies := policyInformers.Core().V1().ConfigMaps()
+	policy := policies.Informer()
+
+	// The status: one Ready condition from the spec and the policy.
 	computer, err := conditions.New(conditions.Config[*Widget]{
 		Conditions: func(w *Widget) ([]metav1.Condition, error) {
-			if w.Spec.Size > 100 {
+			cm, err := policies.Lister().ConfigMaps("demo").Get("widget-policy")
+			if err != nil {
+				return nil, err
+			}
+			maxSize, err := strconv.Atoi(cm.Data["maxSize"])
+			if err != nil {
+				return nil, fmt.Errorf("widget-policy maxSize: %w", err)
+			}
+			if w.Spec.Size > maxSize {
 				return []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: "TooLarge",
-					Message: fmt.Sprintf("size %d is above 100", w.Spec.Size)}}, nil
+					Message: fmt.Sprintf("size %d is above %d", w.Spec.Size, maxSize)}}, nil
 			}
 			return []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Sized", Message: "ok"}}, nil
 		},
@@ -92,9 +115,10 @@ func Example() {
 
 	// One call: the Lease, the queue, the reconciler, the dispatcher.
 	ctrl, err := quietpatch.New(source.Informer[*Widget](inf), computer, patcher, quietpatch.Config{
-		Options: statuspatch.Options{Name: "widgets"},
-		Leases:  kube.CoordinationV1(),
-		Lease:   leader.Config{Namespace: "demo", Name: "widget-status"},
+		Options:      statuspatch.Options{Name: "widgets"},
+		Leases:       kube.CoordinationV1(),
+		Lease:        leader.Config{Namespace: "demo", Name: "widget-status"},
+		Dependencies: []quietpatch.Dependency{{Informer: policy}},
 	})
 	if err != nil {
 		fmt.Println(err)
@@ -103,6 +127,7 @@ func Example() {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	informers.Start(ctx.Done())
+	policyInformers.Start(ctx.Done())
 	done := make(chan error, 1)
 	go func() { done <- ctrl.Run(ctx) }()
 
@@ -119,12 +144,24 @@ func Example() {
 		c := conds[0].(map[string]any)
 		return fmt.Sprintf("%s: Ready=%s (%s)", name, c["status"], c["reason"])
 	}
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if ready("small") != "" && ready("huge") != "" {
-			break
+	waitFor := func(ok func() bool) {
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && !ok(); {
+			time.Sleep(10 * time.Millisecond)
 		}
 	}
+	waitFor(func() bool { return ready("small") != "" && ready("huge") != "" })
 	fmt.Println(ready("small"))
+	fmt.Println(ready("huge"))
+
+	// A change of the policy reconciles the Widgets: huge is now allowed.
+	if _, err := kube.CoreV1().ConfigMaps("demo").Update(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "widget-policy"},
+		Data:       map[string]string{"maxSize": "500"},
+	}, metav1.UpdateOptions{}); err != nil {
+		fmt.Println(err)
+		return
+	}
+	waitFor(func() bool { return ready("huge") == "huge: Ready=True (Sized)" })
 	fmt.Println(ready("huge"))
 
 	cancel()
@@ -132,9 +169,11 @@ func Example() {
 	st := ctrl.Stats()
 	fmt.Println("patches ok:", st.Dispatcher.Patches["ok"])
 	informers.Shutdown()
+	policyInformers.Shutdown()
 	// Output:
 	// small: Ready=True (Sized)
 	// huge: Ready=False (TooLarge)
+	// huge: Ready=True (Sized)
 	// Run: <nil>
-	// patches ok: 2
+	// patches ok: 3
 }
