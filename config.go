@@ -1,6 +1,7 @@
 package quietpatch
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"time"
@@ -86,31 +87,17 @@ func (cfg Config) complete() (Config, error) {
 	if err := leader.CheckLeaseClient(cfg.Leases); cfg.Observer == nil && err != nil {
 		return cfg, err
 	}
-	if cfg.Name == "" {
-		cfg.Name = statuspatch.DefaultName
-	}
-	if cfg.SyncTimeout == 0 {
-		cfg.SyncTimeout = DefaultSyncTimeout
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
-	}
+	cfg.Name = cmp.Or(cfg.Name, statuspatch.DefaultName)
+	cfg.SyncTimeout = cmp.Or(cfg.SyncTimeout, DefaultSyncTimeout)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
+	cfg.Clock = cmp.Or[clock.WithTicker](cfg.Clock, clock.RealClock{})
 	if cfg.Observer == nil {
 		if cfg.Lease.Identity == "" {
 			cfg.Lease.Identity = leader.DefaultIdentity()
 		}
-		if cfg.Lease.Logger == nil {
-			cfg.Lease.Logger = cfg.Logger
-		}
-		if cfg.Lease.Meter == nil {
-			cfg.Lease.Meter = cfg.Meter
-		}
-		if cfg.Lease.Clock == nil {
-			cfg.Lease.Clock = cfg.Clock
-		}
+		cfg.Lease.Logger = cmp.Or(cfg.Lease.Logger, cfg.Logger)
+		cfg.Lease.Meter = cmp.Or(cfg.Lease.Meter, cfg.Meter)
+		cfg.Lease.Clock = cmp.Or[clock.Clock](cfg.Lease.Clock, cfg.Clock)
 	}
 	return cfg, nil
 }

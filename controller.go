@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -272,11 +271,3 @@ func (c *Controller[O, S, P]) Source() statuspatch.Source[O] { return c.src }
 // Claimer returns the Controller's claimer, or nil when Config.Observer
 // was given.
 func (c *Controller[O, S, P]) Claimer() *leader.Claimer { return c.claimer }
-
-// ReadyCheck is Ready with the signature of a probe check: pass it to
-// controller-runtime's mgr.AddReadyzCheck, or to [ProbeHandler] for plain
-// net/http.
-func (c *Controller[O, S, P]) ReadyCheck(*http.Request) error { return c.Ready() }
-
-// LiveCheck is Live with the signature of a probe check (see ReadyCheck).
-func (c *Controller[O, S, P]) LiveCheck(*http.Request) error { return c.Live() }

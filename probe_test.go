@@ -22,7 +22,7 @@ func TestProbeHandler(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
-			quietpatch.ProbeHandler(func(*http.Request) error { return tc.err }).ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+			quietpatch.ProbeHandler(func() error { return tc.err }).ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
 			if rec.Code != tc.code || !strings.Contains(rec.Body.String(), tc.contains) {
 				t.Errorf("got %d %q, want %d containing %q", rec.Code, rec.Body.String(), tc.code, tc.contains)
 			}

@@ -33,18 +33,15 @@ var (
 type ConfigError = outcome.ConfigError
 
 // Runner is what a [Controller] and a [Sharded] share: hold either through
-// it. Run runs it once; Enqueue is for event handlers; Ready and Live (and
-// their probe-check forms) are the probes; Leading is the cheap question
-// "do we lead now" (any shard, for a Sharded); Stats the snapshot.
+// it. Run runs it once; Enqueue is for event handlers; Ready and Live are
+// the probes; Leading is the cheap question "do we lead now" (any shard,
+// for a Sharded); Stats the snapshot.
 type Runner interface {
 	Run(ctx context.Context) error
 	Enqueue(keys ...types.NamespacedName)
 	Ready() error
 	Live() error
-	ReadyCheck(*http.Request) error
-	LiveCheck(*http.Request) error
 	Leading() bool
-	Identity() string
 	Stats() Stats
 }
 
@@ -76,14 +73,14 @@ type Stats struct {
 //
 //	func serveProbes(r quietpatch.Runner) *http.ServeMux {
 //		mux := http.NewServeMux()
-//		mux.Handle("/readyz", quietpatch.ProbeHandler(r.ReadyCheck))
-//		mux.Handle("/healthz", quietpatch.ProbeHandler(r.LiveCheck))
+//		mux.Handle("/readyz", quietpatch.ProbeHandler(r.Ready))
+//		mux.Handle("/healthz", quietpatch.ProbeHandler(r.Live))
 //		return mux
 //	}
-func ProbeHandler(check func(*http.Request) error) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+func ProbeHandler(check func() error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if err := check(r); err != nil {
+		if err := check(); err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			_, _ = fmt.Fprintln(w, err)
 			return

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -210,17 +209,8 @@ func (s *Sharded[O, S, P]) Ready() error {
 // shard stuck for more than twice PatchTimeout ([Controller.Live]).
 func (s *Sharded[O, S, P]) Live() error { return s.coord.Live() }
 
-// ReadyCheck is Ready with the signature of a probe check.
-func (s *Sharded[O, S, P]) ReadyCheck(*http.Request) error { return s.Ready() }
-
-// LiveCheck is Live with the signature of a probe check.
-func (s *Sharded[O, S, P]) LiveCheck(*http.Request) error { return s.Live() }
-
 // Leading reports whether this replica leads at least one shard now.
 func (s *Sharded[O, S, P]) Leading() bool { return s.coord.Leading() }
-
-// Identity returns this replica's holder identity.
-func (s *Sharded[O, S, P]) Identity() string { return s.coord.Identity() }
 
 // Stats returns a snapshot: the shards held and run, the moves, and each
 // shard's Stats in PerShard.

@@ -248,10 +248,10 @@
 //		if err != nil {
 //			return err
 //		}
-//		if err := mgr.AddReadyzCheck("widgets", sharded.ReadyCheck); err != nil {
+//		if err := mgr.AddReadyzCheck("widgets", func(*http.Request) error { return sharded.Ready() }); err != nil {
 //			return err
 //		}
-//		if err := mgr.AddHealthzCheck("widgets", sharded.LiveCheck); err != nil {
+//		if err := mgr.AddHealthzCheck("widgets", func(*http.Request) error { return sharded.Live() }); err != nil {
 //			return err
 //		}
 //		return mgr.Add(everyReplica{manager.RunnableFunc(sharded.Run)})

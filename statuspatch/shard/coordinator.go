@@ -119,9 +119,6 @@ func NewCoordinator[P Pipeline](cfg Config, lw cache.ListerWatcher, build Build[
 	return c, nil
 }
 
-// Identity returns this replica's identity.
-func (c *Coordinator[P]) Identity() string { return c.cfg.Lease.Identity }
-
 // Run runs until ctx is cancelled, then stops every shard's pipeline, leaves
 // the group and returns nil; or until a part fails (a shard's pipeline,
 // the group's Lease calls), then stops and returns that failure. A second
@@ -136,7 +133,7 @@ func (c *Coordinator[P]) Run(ctx context.Context) error {
 	if err := c.life.Start(); err != nil {
 		return err
 	}
-	c.log.Info("quietpatch: joining the shard group", slog.Int("shards", len(c.ranges)), slog.String("identity", c.Identity()))
+	c.log.Info("quietpatch: joining the shard group", slog.Int("shards", len(c.ranges)), slog.String("identity", c.cfg.Lease.Identity))
 	gctx, stopGroup := context.WithCancel(context.WithoutCancel(ctx))
 	groupDone := make(chan error, 1)
 	go func() { groupDone <- c.group.run(gctx) }()
@@ -192,7 +189,7 @@ func (c *Coordinator[P]) coordinate(ctx context.Context, groupDone chan error) e
 func (c *Coordinator[P]) step(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	v, me := c.group.view(), c.Identity()
+	v, me := c.group.view(), c.cfg.Lease.Identity
 	for i, sl := range c.shards {
 		switch {
 		case sl.phase == leaving:
@@ -253,7 +250,7 @@ func (c *Coordinator[P]) step(ctx context.Context) error {
 // noticeLocked notes a shard acquired or lost since the last step.
 func (c *Coordinator[P]) noticeLocked(i int, sl *slot[P], v View) {
 	claim := sl.p.Claim()
-	switch leading := claim.IsCurrentFor(c.Identity(), c.cfg.Lease.Clock.Now()); {
+	switch leading := claim.IsCurrentFor(c.cfg.Lease.Identity, c.cfg.Lease.Clock.Now()); {
 	case leading && sl.phase == competing:
 		sl.phase = held
 		c.moves.Add(movedAcquired)
@@ -268,7 +265,7 @@ func (c *Coordinator[P]) noticeLocked(i int, sl *slot[P], v View) {
 
 // leads reports whether the shard's claim is ours now.
 func (c *Coordinator[P]) leads(sl *slot[P]) bool {
-	return sl.p.Claim().IsCurrentFor(c.Identity(), c.cfg.Lease.Clock.Now())
+	return sl.p.Claim().IsCurrentFor(c.cfg.Lease.Identity, c.cfg.Lease.Clock.Now())
 }
 
 // leaveLocked gives shard i up: its pipeline stops in its safe order.

@@ -95,7 +95,7 @@ func (c *Coordinator[P]) Live() error {
 func (c *Coordinator[P]) Leading() bool {
 	leading := false
 	now := c.cfg.Lease.Clock.Now()
-	c.Each(func(_ int, p P) { leading = leading || p.Claim().IsCurrentFor(c.Identity(), now) })
+	c.Each(func(_ int, p P) { leading = leading || p.Claim().IsCurrentFor(c.cfg.Lease.Identity, now) })
 	return leading
 }
 
@@ -125,7 +125,7 @@ func (c *Coordinator[P]) Stats() Stats {
 	c.Each(func(i int, p P) {
 		st.Running = append(st.Running, i)
 		st.Objects += p.Objects()
-		if p.Claim().IsCurrentFor(c.Identity(), now) {
+		if p.Claim().IsCurrentFor(c.cfg.Lease.Identity, now) {
 			st.Held = append(st.Held, i)
 		}
 	})

@@ -170,7 +170,7 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 
 	// The pipeline logs the rest (interval, capacity, workers) once synced.
 	c.opts.Logger.Info("controller configured", slog.String("controllerName", opts.ControllerName), slog.Bool("mesh", opts.Mesh),
-		slog.String("lease", opts.LeaseNamespace+"/"+opts.LeaseName), slog.String("identity", c.pipeline.Identity()), slog.Int("shards", max(opts.Shards, 1)),
+		slog.String("lease", opts.LeaseNamespace+"/"+opts.LeaseName), slog.String("identity", cfg.Lease.Identity), slog.Int("shards", max(opts.Shards, 1)),
 		slog.Float64("kubeQPS", float64(opts.KubeQPS)), slog.Duration("patchTimeout", opts.PatchTimeout), slog.Bool("fence", opts.Fence),
 		slog.String("referenceGrantVersion", map[bool]string{true: "v1", false: "v1beta1"}[refGrantsV1]))
 	return c, nil

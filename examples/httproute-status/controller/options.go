@@ -302,6 +302,6 @@ func (o Options) Complete() (Options, error) {
 // leaseConfig is the claimer's configuration; New adds nothing but the
 // library's defaults (logger and meter).
 func (o Options) leaseConfig() leader.Config {
-	return leader.Config{Namespace: o.LeaseNamespace, Name: o.LeaseName, Identity: o.Identity,
+	return leader.Config{Namespace: o.LeaseNamespace, Name: o.LeaseName, Identity: cmp.Or(o.Identity, leader.DefaultIdentity()),
 		LeaseDuration: o.LeaseDuration, RenewGrace: o.RenewGrace, RetryPeriod: o.RetryPeriod}
 }
