@@ -46,8 +46,12 @@ var _ Runner = (*Controller[any, any, any])(nil)
 // Events: when src has an informer (statuspatch/source.Informer), or is
 // itself an [Informer] (AddEventHandler and HasSynced, as the Source of
 // the controller-runtime integration), New registers a handler that
-// enqueues every object added, updated or deleted; with any other Source
-// (an Indexer, a lister) call Enqueue from your handlers.
+// enqueues every object added, updated or deleted, except the Adds of the
+// informer's initial list (source.EnqueueHandler); with any other Source
+// (an Indexer, a lister) call Enqueue from your handlers, and skip the
+// initial list likewise: the pass made on gaining the lead covers every
+// object the synced Source lists, and keys enqueued for it would wait in
+// the fresh lane ahead of the edits made during the first convergence.
 // Config.Dependencies wires the other resources.
 func New[O, S, P any](src statuspatch.Source[O], comp statuspatch.StatusComputer[O, S, P], patcher statuspatch.Patcher[P], cfg Config) (*Controller[O, S, P], error) {
 	cfg, err := cfg.complete()
