@@ -203,6 +203,7 @@ func TestInstrumentsMatchTheDocTable(t *testing.T) {
 		"quietpatch.dispatch.latency.peak_ewma": {"": ds.Latency.Seconds()},
 		"quietpatch.dispatch.backoff":           {"": ds.Backoff.Seconds()},
 		"quietpatch.dispatch.retry_after":       {"": float64(ds.RetryAfters)},
+		"quietpatch.dispatch.echoes":            {"": float64(ds.Echoes)},
 	}
 	histTotal := map[string]float64{ // histograms: the count of all points
 		"quietpatch.reconcile.duration": total(byResult(rs.Passes)),
