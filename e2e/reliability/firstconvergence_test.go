@@ -32,7 +32,7 @@ import (
 // of a 21.6 s convergence here, against 0.1 s without them).
 func TestEditDuringFirstConvergence(t *testing.T) {
 	cp := shared.controlPlane(t)
-	ctx := testContext(t, 90*time.Second)
+	ctx := testContext(t, 3*time.Minute)
 	const (
 		controller  gatewayv1.GatewayController = "quietpatch.io/e2e-knee"
 		ns                                      = "kn-system"

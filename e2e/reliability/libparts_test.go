@@ -322,5 +322,5 @@ func (p *kneePipeline) current(key types.NamespacedName) string {
 // stats sums up the pipeline's counters.
 func (p *kneePipeline) stats() string {
 	s := p.ctrl.Stats()
-	return fmt.Sprintf("queue %+v; dispatcher patches %v, dropped %v", s.Queue, s.Dispatcher.Patches, s.Dispatcher.Dropped)
+	return fmt.Sprintf("queue %+v; dispatcher patches %v, dropped %v, echoes %d", s.Queue, s.Dispatcher.Patches, s.Dispatcher.Dropped, s.Dispatcher.Echoes)
 }
