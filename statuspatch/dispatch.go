@@ -297,14 +297,23 @@ func (d *Dispatcher[O, S, P]) call(key types.NamespacedName, c call, payload P, 
 		rv  string
 		err error
 	)
-	if vp, ok := d.patcher.(VersionPatcher[P]); ok {
+	vp, versioned := d.patcher.(VersionPatcher[P])
+	if versioned {
+		d.echoes.begin(key)
 		rv, err = vp.PatchVersion(ctx, payload)
 	} else {
 		err = d.patcher.Patch(ctx, payload)
 	}
 	elapsed := d.opts.Clock.Since(start)
-	if err == nil && rv != "" {
-		d.echoes.wrote(key, rv)
+	if versioned {
+		if err != nil {
+			rv = ""
+		}
+		echoed, other := d.echoes.end(key, rv)
+		d.echoed.Add(echoed)
+		if other { // held while we wrote: served after this call (the key is held until Done)
+			_ = d.queue.Add(key, LaneFresh) // full: the next pass finds it
+		}
 	}
 	o := outcome.Of(err)
 	if err != nil && ctx.Err() != nil && (o == outcome.Error || o == outcome.Canceled || o == outcome.Timeout) {

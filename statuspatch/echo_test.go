@@ -25,7 +25,7 @@ func (v versionPatcher) PatchVersion(ctx context.Context, p tPayload) (string, e
 func (r *drig) withVersions(t *testing.T) {
 	t.Helper()
 	d, err := NewDispatcher(r.queue, r.src, r.comp, versionPatcher{r.pat}, r.obs, Options{
-		Name: "test", Capacity: 100, PatchTimeout: 10 * time.Second, Workers: 1,
+		Name: "test", Capacity: 100, PatchTimeout: 10 * time.Second, Workers: 2,
 		Clock: r.clock, Logger: slog.New(r.logs), Meter: r.meter.provider.Meter("test"),
 	})
 	if err != nil {
@@ -84,5 +84,33 @@ func TestDispatchNoEchoesWithoutVersions(t *testing.T) {
 		if r.d.Echo(nsKey("a"), rv) {
 			t.Errorf("Echo(a, %q) with a Patcher that reports no version", rv)
 		}
+	}
+}
+
+// An event that comes while the key's call is in flight is held: the
+// write's echo is counted when the call ends, any other event has the key
+// served again.
+func TestDispatchEchoesDuringTheCall(t *testing.T) {
+	r := newDrig(t, withWorkers(2))
+	r.withVersions(t)
+	r.lead(1)
+	gate := make(chan struct{})
+	r.pat.fn = func(context.Context, tPayload) error { <-gate; return nil }
+	r.add(t, "a", "b")
+	r.start(t)
+	waitFor(t, "both calls in flight", func() bool { return r.pat.calls.Load() == 2 })
+	if !r.d.Echo(nsKey("a"), "v-a") || !r.d.Echo(nsKey("b"), "v-other") {
+		t.Fatal("an event during the call was not held")
+	}
+	close(gate)
+	waitFor(t, "b served again", func() bool { return r.pat.calls.Load() == 3 })
+	if got := r.pat.appliedKeys(); len(got) != 3 || got[2] != nsKey("b").String() {
+		t.Errorf("applied %v, want a and b, then b again", got)
+	}
+	if s := r.d.Stats().Echoes; s != 1 {
+		t.Errorf("Stats().Echoes = %d, want 1", s)
+	}
+	if r.d.Echo(nsKey("a"), "v-a") {
+		t.Error("a's echo counted twice")
 	}
 }
