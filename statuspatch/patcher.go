@@ -63,8 +63,10 @@ type Patcher[P any] interface {
 // then exactly the one the status was computed from, with that status. A
 // write without a precondition may have landed on someone else's change,
 // whose event the informer can skip after a relist: report "" for it (or
-// implement only Patcher), and every event is served as before.
-// [DynamicStatusPatcher] is a VersionPatcher.
+// implement only Patcher), and every event is served as before; report ""
+// too when the server does not version its writes (a fake client whose
+// answer keeps the precondition's version). [DynamicStatusPatcher] is a
+// VersionPatcher.
 type VersionPatcher[P any] interface {
 	Patcher[P]
 	// PatchVersion applies patch as Patch does, returning the object's
@@ -266,7 +268,10 @@ func (d *DynamicStatusPatcher) Patch(ctx context.Context, p MergePatch) error {
 
 // PatchVersion is Patch, returning also the resourceVersion of the object
 // the API server answered with: the write's, since p's precondition made
-// the server apply it to the object p was built from.
+// the server apply it to the object p was built from. It returns "" when
+// that is p's own ResourceVersion: a server that does not version writes,
+// as client-go's fake object trackers, could give someone else's write
+// the same version.
 func (d *DynamicStatusPatcher) PatchVersion(ctx context.Context, p MergePatch) (string, error) {
 	body, err := p.Body()
 	if err != nil {
@@ -286,7 +291,10 @@ func (d *DynamicStatusPatcher) PatchVersion(ctx context.Context, p MergePatch) (
 	if err != nil {
 		return "", err
 	}
-	return resourceVersionOf(raw), nil
+	if rv := resourceVersionOf(raw); rv != p.ResourceVersion {
+		return rv, nil
+	}
+	return "", nil // a server that does not version its writes (client-go's fakes): no echo can be told
 }
 
 // resourceVersionOf returns the resourceVersion of the object whose JSON is

@@ -383,6 +383,10 @@ func TestStatusPatcherVersion(t *testing.T) {
 	if rv, err := p.PatchVersion(context.Background(), patch); err != nil || rv != "4712" {
 		t.Errorf("PatchVersion = %q, %v; want 4712, nil", rv, err)
 	}
+	api.respond(http.StatusOK, `{"kind":"HTTPRoute","apiVersion":"gateway.networking.k8s.io/v1","metadata":{"name":"r1","namespace":"ns","resourceVersion":"4711"}}`)
+	if rv, err := p.PatchVersion(context.Background(), patch); err != nil || rv != "" {
+		t.Errorf("PatchVersion answered with the precondition's version = %q, %v; want \"\" (a fake that does not version writes)", rv, err)
+	}
 	api.respond(http.StatusConflict, `{"kind":"Status","apiVersion":"v1","status":"Failure","code":409,"reason":"Conflict"}`)
 	if rv, err := p.PatchVersion(context.Background(), patch); outcome.Of(err) != outcome.Conflict || rv != "" {
 		t.Errorf("PatchVersion of a conflict = %q, %v; want \"\" and the conflict", rv, err)
