@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync/atomic"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
@@ -45,8 +46,14 @@ var _ Runner = (*Controller[any, any, any])(nil)
 // Events: when src has an informer (statuspatch/source.Informer), or is
 // itself an [Informer] (AddEventHandler and HasSynced, as the Source of
 // the controller-runtime integration), New registers a handler that
-// enqueues every object added, updated or deleted; with any other Source
-// (an Indexer, a lister) call Enqueue from your handlers.
+// enqueues every object added, updated or deleted, except the Adds of the
+// informer's initial list (source.EnqueueHandler) and the updates that
+// are the echoes of its own writes (statuspatch.Dispatcher.Echo, with a
+// statuspatch.VersionPatcher); with any other Source
+// (an Indexer, a lister) call Enqueue from your handlers, and skip the
+// initial list likewise: the pass made on gaining the lead covers every
+// object the synced Source lists, and keys enqueued for it would wait in
+// the fresh lane ahead of the edits made during the first convergence.
 // Config.Dependencies wires the other resources.
 func New[O, S, P any](src statuspatch.Source[O], comp statuspatch.StatusComputer[O, S, P], patcher statuspatch.Patcher[P], cfg Config) (*Controller[O, S, P], error) {
 	cfg, err := cfg.complete()
@@ -85,7 +92,7 @@ func New[O, S, P any](src statuspatch.Source[O], comp statuspatch.StatusComputer
 		events = s
 	}
 	if events != nil {
-		if _, err := events.AddEventHandler(source.EnqueueHandler(func(k types.NamespacedName) { c.Enqueue(k) })); err != nil {
+		if _, err := events.AddEventHandler(c.eventHandler()); err != nil {
 			return nil, fmt.Errorf("quietpatch: registering the event handler on the Source's informer: %w", err)
 		}
 	}
@@ -95,6 +102,39 @@ func New[O, S, P any](src statuspatch.Source[O], comp statuspatch.StatusComputer
 	}
 	c.synced = append(c.synced, deps...)
 	return c, nil
+}
+
+// eventHandler is source.EnqueueHandler to Enqueue, that drops the echoes
+// of the dispatcher's own writes (statuspatch.Dispatcher.Echo) and tells it
+// of deletions.
+func (c *Controller[O, S, P]) eventHandler() cache.ResourceEventHandler {
+	h := source.EnqueueHandler(func(k types.NamespacedName) { c.Enqueue(k) })
+	version := func(obj any) (types.NamespacedName, string, bool) {
+		m, err := meta.Accessor(obj)
+		if err != nil {
+			return types.NamespacedName{}, "", false
+		}
+		return types.NamespacedName{Namespace: m.GetNamespace(), Name: m.GetName()}, m.GetResourceVersion(), true
+	}
+	return cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: h.OnAdd,
+		UpdateFunc: func(old, obj any) {
+			if k, rv, ok := version(obj); ok && c.dispatcher.Echo(k, rv) {
+				return
+			}
+			h.OnUpdate(old, obj)
+		},
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				if ns, name, err := cache.SplitMetaNamespaceKey(d.Key); err == nil {
+					c.dispatcher.Echo(types.NamespacedName{Namespace: ns, Name: name}, "")
+				}
+			} else if k, _, ok := version(obj); ok {
+				c.dispatcher.Echo(k, "")
+			}
+			h.OnDelete(obj)
+		},
+	}
 }
 
 // addDependencies registers on each dependency's informer the handler

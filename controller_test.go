@@ -775,3 +775,60 @@ func TestRetryAfterHoldsThenResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// eventItems is items with an informer's events: the test calls the
+// handler New registers.
+type eventItems struct {
+	*items
+	inf fakeInformer
+}
+
+func (s *eventItems) AddEventHandler(h cache.ResourceEventHandler) (cache.ResourceEventHandlerRegistration, error) {
+	return s.inf.AddEventHandler(h)
+}
+
+// itemPatcher applies each write and reports its version, "rv-<name>".
+type itemPatcher struct{ s *items }
+
+func (p itemPatcher) Patch(ctx context.Context, name string) error {
+	_, err := p.PatchVersion(ctx, name)
+	return err
+}
+
+func (p itemPatcher) PatchVersion(_ context.Context, name string) (string, error) {
+	p.s.apply(name)
+	return "rv-" + name, nil
+}
+
+// The event of our own write (the version the patch returned) is not
+// served; an event at another version is.
+func TestEchoesOfOurWritesAreNotServed(t *testing.T) {
+	src := &eventItems{items: newItems(2)}
+	src.synced.Store(true)
+	cfg := baseConfig(fake.NewClientset())
+	cfg.Interval, cfg.Workers = time.Hour, 1
+	c, err := quietpatch.New(src, itemComputer, itemPatcher{src.items}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runInBackground(t, c)
+	waitUntil(t, "both written", func() bool { return c.Stats().Dispatcher.Patches["ok"] == 2 })
+	src.reset()
+	h := src.inf.handler(t)
+	obj := func(name, rv string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{}
+		u.SetNamespace("ns")
+		u.SetName(name)
+		u.SetResourceVersion(rv)
+		return u
+	}
+	h.OnUpdate(obj("a", "1"), obj("a", "rv-a")) // our write of a
+	h.OnUpdate(obj("b", "1"), obj("b", "rv-x")) // someone else's
+	waitUntil(t, "b served", func() bool { return slices.Contains(src.served(), "b") })
+	if got := src.served(); !slices.Equal(got, []string{"b"}) {
+		t.Errorf("served %v after the events, want [b]: a's was the echo of our write", got)
+	}
+	if n := c.Stats().Dispatcher.Echoes; n != 1 {
+		t.Errorf("%d echoes, want 1", n)
+	}
+}

@@ -41,6 +41,10 @@ type DispatcherStats struct {
 	// left), released (the claim was being given up), shutdown.
 	Patches map[outcome.Outcome]int64
 	Dropped map[string]int64
+	// Echoes counts the events of our own writes dropped without a serve
+	// ([Dispatcher.Echo]); with a [VersionPatcher] they no longer count as
+	// Dropped unchanged.
+	Echoes int64
 	// InFlight is the number of calls in progress; Unanswered counts calls
 	// that ended without an answer from the API server (such a write may
 	// still land).
@@ -93,8 +97,10 @@ type Dispatcher[O, S, P any] struct {
 	life    outcome.Lifecycle
 	stop    chan struct{} // closed when Run's ctx ends
 
+	echoes     echoes // our writes' versions, until their events (Echo)
 	patches    outcome.Counters[outcome.Outcome]
 	dropped    outcome.Counters[string] // by reason (dropReasons)
+	echoed     atomic.Int64             // events found to be our writes' echoes
 	unanswered atomic.Int64
 	lastWarn   map[outcome.Outcome]*atomic.Int64 // unix nanos of the last warning, by outcome
 }
@@ -258,7 +264,7 @@ func (d *Dispatcher[O, S, P]) Stats() DispatcherStats {
 	now, ctl := d.opts.Clock.Now(), d.control()
 	inFlight, _ := d.fence.state()
 	backoff, opened := d.window.leftAt(now)
-	return DispatcherStats{Patches: d.patches.Snapshot(), Dropped: d.dropped.Snapshot(),
+	return DispatcherStats{Patches: d.patches.Snapshot(), Dropped: d.dropped.Snapshot(), Echoes: d.echoed.Load(),
 		InFlight: inFlight, Unanswered: d.unanswered.Load(), Limit: ctl.size(),
 		Latency: time.Duration(ctl.latencyAt(now) * float64(time.Second)), DrainRate: ctl.drainRateAt(now),
 		Backoff: backoff, RetryAfters: opened}
@@ -287,8 +293,28 @@ func (d *Dispatcher[O, S, P]) call(key types.NamespacedName, c call, payload P, 
 	w.Epoch = c.ec.epoch
 	ctx, cancel := context.WithTimeout(WithWriteClaim(c.ec.ctx, w), timeout)
 	start := d.opts.Clock.Now()
-	err := d.patcher.Patch(ctx, payload)
+	var (
+		rv  string
+		err error
+	)
+	vp, versioned := d.patcher.(VersionPatcher[P])
+	if versioned {
+		d.echoes.begin(key)
+		rv, err = vp.PatchVersion(ctx, payload)
+	} else {
+		err = d.patcher.Patch(ctx, payload)
+	}
 	elapsed := d.opts.Clock.Since(start)
+	if versioned {
+		if err != nil {
+			rv = ""
+		}
+		echoed, other := d.echoes.end(key, rv)
+		d.echoed.Add(echoed)
+		if other { // held while we wrote: served after this call (the key is held until Done)
+			_ = d.queue.Add(key, LaneFresh) // full: the next pass finds it
+		}
+	}
 	o := outcome.Of(err)
 	if err != nil && ctx.Err() != nil && (o == outcome.Error || o == outcome.Canceled || o == outcome.Timeout) {
 		// The call gave up because its context ended, whatever the patcher

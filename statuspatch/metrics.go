@@ -177,6 +177,7 @@ func newDispatchInstruments(o Options, stats func() DispatcherStats) (*dispatchI
 		duration: in.Histogram("quietpatch.dispatch.duration", "Duration of status patch calls, by outcome.", callBuckets...)}
 	patches := in.Counter("quietpatch.dispatch.patches", "{patch}", "Status patch calls, by outcome.")
 	dropped := in.Counter("quietpatch.dispatch.dropped", "{key}", "Keys dequeued and not sent, by reason.")
+	echoes := in.Counter("quietpatch.dispatch.echoes", "{event}", "Events of our own writes (the version the patch call returned), dropped without a serve.")
 	inFlight := in.Gauge("quietpatch.dispatch.in_flight", "{patch}", "Status patch calls in progress.")
 	latency := in.FloatGauge("quietpatch.dispatch.latency.peak_ewma", "s", "Peak-EWMA of the status patch call latency.")
 	limit := in.Gauge("quietpatch.dispatch.limit", "{patch}", "Patch calls allowed in flight: fixed, or the adaptive limit.")
@@ -200,6 +201,7 @@ func newDispatchInstruments(o Options, stats func() DispatcherStats) (*dispatchI
 		for r, set := range dropSets {
 			ob.ObserveInt64(dropped, s.Dropped[r], set)
 		}
+		ob.ObserveInt64(echoes, s.Echoes, plain)
 		ob.ObserveInt64(inFlight, int64(s.InFlight), plain)
 		ob.ObserveFloat64(latency, s.Latency.Seconds(), plain)
 		ob.ObserveInt64(limit, int64(s.Limit), plain)

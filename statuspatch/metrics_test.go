@@ -123,7 +123,8 @@ func metricsScenario(t *testing.T) (*testMeter, *PatchQueue[types.NamespacedName
 		t.Fatal(err)
 	}
 	rec.Enqueue(nsKey("o00"))                                                       // fresh lane
-	if _, err := rec.ReconcileAll(context.Background()); !errors.Is(err, ErrFull) { // o00 coalesces, o01-o03, o04 refused
+	rec.Enqueue(nsKey("o00"))                                                       // coalesces
+	if _, err := rec.ReconcileAll(context.Background()); !errors.Is(err, ErrFull) { // o00 waits already, o01-o03, o04 refused
 		t.Fatalf("pass: %v, want halted", err)
 	}
 	src.set(upToDate(&tObj{Key: nsKey("o02"), RV: "1", Gen: 1})) // unchanged by the time it is served
@@ -203,6 +204,7 @@ func TestInstrumentsMatchTheDocTable(t *testing.T) {
 		"quietpatch.dispatch.latency.peak_ewma": {"": ds.Latency.Seconds()},
 		"quietpatch.dispatch.backoff":           {"": ds.Backoff.Seconds()},
 		"quietpatch.dispatch.retry_after":       {"": float64(ds.RetryAfters)},
+		"quietpatch.dispatch.echoes":            {"": float64(ds.Echoes)},
 	}
 	histTotal := map[string]float64{ // histograms: the count of all points
 		"quietpatch.reconcile.duration": total(byResult(rs.Passes)),

@@ -65,7 +65,7 @@ func (r *Reconciler[O, S, P]) pass(ctx context.Context) (res PassResult, kind st
 		}
 		key, changed, cerr := r.check(objs[i], keys, i)
 		if cerr == nil && changed {
-			if aerr := r.queue.Add(key, LanePass); aerr != nil {
+			if aerr := r.queue.addNew(key, LanePass); aerr != nil {
 				kind = passClosed
 				if errors.Is(aerr, ErrFull) {
 					kind, res.Halted = passHalted, true

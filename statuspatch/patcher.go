@@ -46,10 +46,32 @@ var ErrInvalidPatch = errors.New("statuspatch: invalid patch")
 //     manager: [FencedFieldManager](claim).
 //
 // Patch may be called from several goroutines at once, never twice at once
-// for the same key.
+// for the same key. A Patcher that also reports the version its write
+// produced ([VersionPatcher]) spares the dispatcher the serve of each
+// write's own event.
 type Patcher[P any] interface {
 	// Patch applies patch, returning when done or when ctx ends.
 	Patch(ctx context.Context, patch P) error
+}
+
+// VersionPatcher is a [Patcher] that also reports the resourceVersion its
+// write produced, so that the [Dispatcher] can tell the event of its own
+// write — the echo — from every other event ([Dispatcher.Echo]) and skip
+// serving it. Report a version only for a write the API server applied to
+// the very object the patch was built from (a resourceVersion
+// precondition, as [MergePatch] carries): the object at that version is
+// then exactly the one the status was computed from, with that status. A
+// write without a precondition may have landed on someone else's change,
+// whose event the informer can skip after a relist: report "" for it (or
+// implement only Patcher), and every event is served as before; report ""
+// too when the server does not version its writes (a fake client whose
+// answer keeps the precondition's version). [DynamicStatusPatcher] is a
+// VersionPatcher.
+type VersionPatcher[P any] interface {
+	Patcher[P]
+	// PatchVersion applies patch as Patch does, returning the object's
+	// resourceVersion after the write ("" if unknown).
+	PatchVersion(ctx context.Context, patch P) (resourceVersion string, err error)
 }
 
 // PatcherFunc adapts a function to a [Patcher].
@@ -240,26 +262,58 @@ func (d *DynamicStatusPatcher) FieldManagerFor(w WriteClaim) (string, error) {
 // [WriteClaim]; an error wrapping context.DeadlineExceeded, without
 // sending anything, when ctx leaves no time ([ServerTimeout]).
 func (d *DynamicStatusPatcher) Patch(ctx context.Context, p MergePatch) error {
+	_, err := d.PatchVersion(ctx, p)
+	return err
+}
+
+// PatchVersion is Patch, returning also the resourceVersion of the object
+// the API server answered with: the write's, since p's precondition made
+// the server apply it to the object p was built from. It returns "" when
+// that is p's own ResourceVersion: a server that does not version writes,
+// as client-go's fake object trackers, could give someone else's write
+// the same version.
+func (d *DynamicStatusPatcher) PatchVersion(ctx context.Context, p MergePatch) (string, error) {
 	body, err := p.Body()
 	if err != nil {
-		return err
+		return "", err
 	}
 	fm := d.fieldManager
 	w, _ := WriteClaimFrom(ctx)
 	if d.fence != nil {
 		if fm, err = FencedFieldManager(w); err != nil {
-			return fmt.Errorf("%w: %s: %w", ErrInvalidPatch, p.key(), err)
+			return "", fmt.Errorf("%w: %s: %w", ErrInvalidPatch, p.key(), err)
 		}
 	}
-	err = d.send(ctx, p.Namespace, p.Name, body, fm, false)
+	raw, err := d.send(ctx, p.Namespace, p.Name, body, fm, false)
 	if d.fence != nil {
 		d.fence.check(ctx, d, p, w, err)
 	}
-	return err
+	if err != nil {
+		return "", err
+	}
+	if rv := resourceVersionOf(raw); rv != p.ResourceVersion {
+		return rv, nil
+	}
+	return "", nil // a server that does not version its writes (client-go's fakes): no echo can be told
 }
 
-// send makes one PATCH of the status of namespace/name.
-func (d *DynamicStatusPatcher) send(ctx context.Context, namespace, name string, body []byte, fieldManager string, dryRun bool) error {
+// resourceVersionOf returns the resourceVersion of the object whose JSON is
+// raw, "" if there is none.
+func resourceVersionOf(raw []byte) string {
+	var obj struct {
+		Metadata struct {
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+	}
+	if json.Unmarshal(raw, &obj) != nil {
+		return ""
+	}
+	return obj.Metadata.ResourceVersion
+}
+
+// send makes one PATCH of the status of namespace/name and returns the
+// answer's body.
+func (d *DynamicStatusPatcher) send(ctx context.Context, namespace, name string, body []byte, fieldManager string, dryRun bool) ([]byte, error) {
 	path := []string{"/apis", d.gvr.Group, d.gvr.Version}
 	if d.gvr.Group == "" {
 		path = []string{"/api", d.gvr.Version}
@@ -271,10 +325,15 @@ func (d *DynamicStatusPatcher) send(ctx context.Context, namespace, name string,
 	req, err := withServerTimeout(ctx, d.rest.Patch(types.MergePatchType).AbsPath(path...).
 		Param("fieldManager", fieldManager).MaxRetries(0))
 	if err != nil {
-		return fmt.Errorf("statuspatch: patch of %s/%s %w", namespace, name, err)
+		return nil, fmt.Errorf("statuspatch: patch of %s/%s %w", namespace, name, err)
 	}
 	if dryRun {
 		req = req.Param("dryRun", metav1.DryRunAll)
 	}
-	return req.Body(body).Do(ctx).Error()
+	res := req.Body(body).Do(ctx)
+	if err := res.Error(); err != nil { // the API server's Status, as the clients return it
+		return nil, err
+	}
+	raw, _ := res.Raw()
+	return raw, nil
 }

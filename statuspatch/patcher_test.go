@@ -368,3 +368,27 @@ func TestStatusPatcherForConfig(t *testing.T) {
 		}
 	})
 }
+
+// PatchVersion reports the resourceVersion of the object the server
+// answered with, and nothing when the call failed.
+func TestStatusPatcherVersion(t *testing.T) {
+	api := newFakeAPIServer(t)
+	p, err := NewStatusPatcher(api.client, routesGVR(), "example.com/route-status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var _ VersionPatcher[MergePatch] = p
+	patch := MergePatch{Namespace: "ns", Name: "r1", ResourceVersion: "4711", Status: json.RawMessage(`{}`)}
+	api.respond(http.StatusOK, `{"kind":"HTTPRoute","apiVersion":"gateway.networking.k8s.io/v1","metadata":{"name":"r1","namespace":"ns","resourceVersion":"4712"}}`)
+	if rv, err := p.PatchVersion(context.Background(), patch); err != nil || rv != "4712" {
+		t.Errorf("PatchVersion = %q, %v; want 4712, nil", rv, err)
+	}
+	api.respond(http.StatusOK, `{"kind":"HTTPRoute","apiVersion":"gateway.networking.k8s.io/v1","metadata":{"name":"r1","namespace":"ns","resourceVersion":"4711"}}`)
+	if rv, err := p.PatchVersion(context.Background(), patch); err != nil || rv != "" {
+		t.Errorf("PatchVersion answered with the precondition's version = %q, %v; want \"\" (a fake that does not version writes)", rv, err)
+	}
+	api.respond(http.StatusConflict, `{"kind":"Status","apiVersion":"v1","status":"Failure","code":409,"reason":"Conflict"}`)
+	if rv, err := p.PatchVersion(context.Background(), patch); outcome.Of(err) != outcome.Conflict || rv != "" {
+		t.Errorf("PatchVersion of a conflict = %q, %v; want \"\" and the conflict", rv, err)
+	}
+}

@@ -111,10 +111,22 @@ func NewPatchQueue[K comparable](opts Options) (*PatchQueue[K], error) {
 
 // Add adds key to lane l at once, or fails with ErrFull or ErrClosed. A
 // key that waits already needs no slot.
-func (q *PatchQueue[K]) Add(key K, l Lane) error {
+func (q *PatchQueue[K]) Add(key K, l Lane) error { return q.add(key, l, true) }
+
+// addNew is Add for the passes: a key that waits already, in either lane,
+// is left where it is, uncounted — a pass finds a changed object again at
+// every interval until it is served, and that is no new request.
+func (q *PatchQueue[K]) addNew(key K, l Lane) error { return q.add(key, l, false) }
+
+func (q *PatchQueue[K]) add(key K, l Lane, coalesce bool) error {
 	l = min(l, LanePass)
 	q.mu.Lock()
-	if _, waits := q.waiting[key]; !waits || q.closed {
+	_, waits := q.waiting[key]
+	if waits && !coalesce && !q.closed {
+		q.mu.Unlock()
+		return nil
+	}
+	if !waits || q.closed {
 		if err := q.admitLocked(l); err != nil {
 			q.mu.Unlock()
 			return err

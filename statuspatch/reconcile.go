@@ -33,7 +33,9 @@ const leaderCheckEvery = 256
 // StatusComputer wants, while this replica leads, and adds their keys to
 // the queue: a full pass every Interval and at once on gaining a new
 // epoch (the pass lane), and the keys given to Enqueue (the fresh lane).
-// It builds no patch: the [Dispatcher] computes it again when it sends it.
+// A key that waits already, in either lane, stays where it is, not
+// counted as enqueued again. It builds no patch: the [Dispatcher] computes
+// it again when it sends it.
 //
 // An unchanged object costs Current, Desired and Equal and no allocation
 // by the library. A pass that finds the pass lane full stops there

@@ -148,6 +148,28 @@ func TestReconcileAllQueuesOnlyChangedKeysIntoThePassLane(t *testing.T) {
 	}
 }
 
+// A pass leaves the keys that wait already where they are, uncounted: a
+// second pass before the keys are served, and a key waiting in the fresh
+// lane, are no new requests.
+func TestReconcilePassDoesNotReAddWaitingKeys(t *testing.T) {
+	r := newRig(t, 10, changedObjs("a", "b", "c"))
+	r.lead(7)
+	if err := r.queue.Add(nsKey("a"), LaneFresh); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := r.rec.ReconcileAll(context.Background()); err != nil {
+			t.Fatalf("ReconcileAll: %v", err)
+		}
+	}
+	if st := r.queue.Stats(); st.Enqueued != 3 || st.Coalesced != 0 || st.Depth != 3 || st.Fresh != 1 {
+		t.Errorf("queue %+v: want 3 keys enqueued once each, none superseded, a still in the fresh lane", st)
+	}
+	if v := r.rec.Stats().Objects["changed"]; v != 6 {
+		t.Errorf("Stats().Objects[changed] = %d, want 6: the objects are still changed", v)
+	}
+}
+
 // A full fresh lane does not halt a pass: the lanes are bounded apart.
 func TestReconcilePassIgnoresAFullFreshLane(t *testing.T) {
 	r := newRig(t, 2, changedObjs("a", "b"))

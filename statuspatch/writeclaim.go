@@ -119,7 +119,7 @@ func (f *fenceCheck) check(ctx context.Context, d *DynamicStatusPatcher, p Merge
 		other.Identity = "-" + w.Identity[1:]
 	}
 	fm, _ := FencedFieldManager(other) // w's fits: so does other's
-	err := d.send(ctx, p.Namespace, p.Name, []byte("{}"), fm, true)
+	_, err := d.send(ctx, p.Namespace, p.Name, []byte("{}"), fm, true)
 	o := outcome.Of(err)
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -77,6 +77,7 @@ var scheme = map[string]instrument{
 	"quietpatch_dispatch_patches_total":             {kind: counter, pipeline: true, labels: map[string][]string{"outcome": patchOutcomes}},
 	"quietpatch_dispatch_duration_seconds":          {kind: histogram, pipeline: true, labels: map[string][]string{"outcome": patchOutcomes}},
 	"quietpatch_dispatch_dropped_total":             {kind: counter, pipeline: true, labels: map[string][]string{"reason": dispatchDrops}},
+	"quietpatch_dispatch_echoes_total":              {kind: counter, pipeline: true},
 	"quietpatch_dispatch_in_flight":                 {kind: gauge, pipeline: true},
 	"quietpatch_dispatch_limit":                     {kind: gauge, pipeline: true},
 	"quietpatch_dispatch_latency_peak_ewma_seconds": {kind: gauge, pipeline: true},

@@ -1,24 +1,32 @@
 package reliability_test
 
 // This file holds every use the reliability tests make of the library's API
-// directly (packages leader and statuspatch): the API is being reshaped, and
+// directly (packages quietpatch, leader and statuspatch): the API is being reshaped, and
 // this is the one place to adapt.
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gwinformers "sigs.k8s.io/gateway-api/pkg/client/informers/externalversions"
 
+	"github.com/quietpatch/quietpatch"
+	"github.com/quietpatch/quietpatch/e2e/cluster"
+	"github.com/quietpatch/quietpatch/e2e/examplee2e"
 	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch"
 	"github.com/quietpatch/quietpatch/statuspatch/outcome"
+	"github.com/quietpatch/quietpatch/statuspatch/source"
 )
 
 // libConfig describes a libReplica.
@@ -192,4 +200,127 @@ func (r *libReplica) stop() {
 	case <-time.After(time.Minute):
 		r.t.Errorf("libReplica %s: Run did not return within a minute of its cancellation", r.id)
 	}
+}
+
+// kneeAnnotation is the annotation TestEditDuringFirstConvergence edits;
+// the knee pipeline's status message shows its value.
+const kneeAnnotation = "quietpatch.io/knee-edit"
+
+// kneeConfig describes a kneePipeline.
+type kneeConfig struct {
+	Namespace, Lease string
+	Controller       gatewayv1.GatewayController
+}
+
+// kneePipeline is a quietpatch.Controller of every HTTPRoute whose status
+// is one parent entry of Controller with the message "edit=<the value of
+// kneeAnnotation>" ("none" without it). Its claimer (Config.Observer) leads
+// before the routes' informer starts.
+type kneePipeline struct {
+	inf  cache.SharedIndexInformer
+	comp statuspatch.ComputerFuncs[*gatewayv1.HTTPRoute, string, statuspatch.MergePatch]
+	ctrl *quietpatch.Controller[*gatewayv1.HTTPRoute, string, statuspatch.MergePatch]
+}
+
+// startKneePipeline runs a kneePipeline whose patches go through status
+// (the informer and the Lease through the admin client); it is stopped
+// when the test ends.
+func startKneePipeline(t *testing.T, ctx context.Context, cp *cluster.ControlPlane, status *rest.Config, cfg kneeConfig) *kneePipeline {
+	t.Helper()
+	leases, err := leader.NewLeaseClient(cp.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimer, err := leader.NewClaimer(leases, leader.Config{Namespace: cfg.Namespace, Name: cfg.Lease, Identity: "knee-0",
+		LeaseDuration: 15 * time.Second, RetryPeriod: 250 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	wg.Go(func() { _ = claimer.Run(runCtx) })
+	if err := examplee2e.Poll(ctx, 20*time.Millisecond, func(context.Context) error {
+		if !claimer.Current().IsCurrentFor("knee-0", time.Now()) {
+			return errors.New("the claimer does not lead yet")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	patcher, err := statuspatch.NewStatusPatcherForConfig(status, routesGVR, "quietpatch-e2e-knee")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &kneePipeline{inf: gwinformers.NewSharedInformerFactory(cp.AdminGatewayClient(), 0).Gateway().V1().HTTPRoutes().Informer()}
+	message := func(r *gatewayv1.HTTPRoute) string {
+		for _, ps := range r.Status.Parents {
+			if ps.ControllerName == cfg.Controller && len(ps.Conditions) > 0 {
+				return ps.Conditions[0].Message
+			}
+		}
+		return ""
+	}
+	p.comp = statuspatch.ComputerFuncs[*gatewayv1.HTTPRoute, string, statuspatch.MergePatch]{
+		KeyFunc:     func(r *gatewayv1.HTTPRoute) types.NamespacedName { return routeName(r) },
+		CurrentFunc: message,
+		DesiredFunc: func(r *gatewayv1.HTTPRoute) (string, error) {
+			v := r.Annotations[kneeAnnotation]
+			if v == "" {
+				v = "none"
+			}
+			return "edit=" + v, nil
+		},
+		EqualFunc: func(a, b string) bool { return a == b },
+		PatchFunc: func(r *gatewayv1.HTTPRoute, msg string) (statuspatch.MergePatch, error) {
+			return statuspatch.NewMergePatch(r, map[string]any{"parents": []gatewayv1.RouteParentStatus{{
+				ParentRef:      gatewayv1.ParentReference{Name: "knee"},
+				ControllerName: cfg.Controller,
+				Conditions: []metav1.Condition{{Type: "Accepted", Status: metav1.ConditionTrue, Reason: "Accepted",
+					Message: msg, ObservedGeneration: r.Generation, LastTransitionTime: r.CreationTimestamp}},
+			}}})
+		},
+	}
+	if p.ctrl, err = quietpatch.New(source.Informer[*gatewayv1.HTTPRoute](p.inf), p.comp, patcher, quietpatch.Config{
+		Options:  statuspatch.Options{Name: "knee", Interval: time.Minute, Workers: 4, PatchTimeout: 5 * time.Second},
+		Observer: claimer,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	wg.Go(func() { p.inf.RunWithContext(runCtx) })
+	wg.Go(func() {
+		if err := p.ctrl.Run(runCtx); err != nil {
+			t.Errorf("knee pipeline: %v", err)
+		}
+	})
+	return p
+}
+
+// written returns the keys of the routes, as the pipeline's cache has them,
+// whose status is the one the pipeline wants.
+func (p *kneePipeline) written() []types.NamespacedName {
+	var keys []types.NamespacedName
+	for _, o := range p.inf.GetIndexer().List() {
+		r := o.(*gatewayv1.HTTPRoute)
+		if want, _ := p.comp.Desired(r); p.comp.Current(r) == want {
+			keys = append(keys, routeName(r))
+		}
+	}
+	return keys
+}
+
+// current returns the status message of the route with key in the
+// pipeline's cache.
+func (p *kneePipeline) current(key types.NamespacedName) string {
+	o, ok, _ := p.inf.GetIndexer().GetByKey(key.Namespace + "/" + key.Name)
+	if !ok {
+		return ""
+	}
+	return p.comp.Current(o.(*gatewayv1.HTTPRoute))
+}
+
+// stats sums up the pipeline's counters.
+func (p *kneePipeline) stats() string {
+	s := p.ctrl.Stats()
+	return fmt.Sprintf("queue %+v; dispatcher patches %v, dropped %v, echoes %d", s.Queue, s.Dispatcher.Patches, s.Dispatcher.Dropped, s.Dispatcher.Echoes)
 }

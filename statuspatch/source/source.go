@@ -131,6 +131,12 @@ func (l *Lister[O]) HasSynced() bool { return l.synced() }
 // every object added, updated or deleted (including deletions the informer
 // learnt of late, cache.DeletedFinalStateUnknown). Pass it a pipeline's
 // Enqueue.
+//
+// Adds of the informer's initial list (OnAdd with isInInitialList true) are
+// not enqueued: a pipeline waits for the cache to sync before it competes
+// for the lead, and the pass it makes on gaining it covers every object of
+// the list. Enqueued, they would fill the fresh lane ahead of the edits made
+// while the first pass converges.
 func EnqueueHandler(enqueue func(types.NamespacedName)) cache.ResourceEventHandler {
 	on := func(obj any) {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -149,8 +155,12 @@ func EnqueueHandler(enqueue func(types.NamespacedName)) cache.ResourceEventHandl
 			enqueue(types.NamespacedName{Namespace: ns, Name: name})
 		}
 	}
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    on,
+	return cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, isInInitialList bool) {
+			if !isInInitialList {
+				on(obj)
+			}
+		},
 		UpdateFunc: func(_, obj any) { on(obj) },
 		DeleteFunc: on,
 	}
@@ -160,7 +170,9 @@ func EnqueueHandler(enqueue func(types.NamespacedName)) cache.ResourceEventHandl
 // depend on: each event (the object before and after an update) enqueues,
 // once each, the keys keys maps the objects to — a deleted object's last
 // known state included. A nil keys means every object: each event calls
-// resync instead.
+// resync instead. Adds of the informer's initial list do neither, as for
+// [EnqueueHandler]: the pass made on gaining the lead, after every cache
+// synced, covers them.
 func DependencyHandler(keys func(any) []types.NamespacedName, enqueue func(...types.NamespacedName), resync func()) cache.ResourceEventHandler {
 	on := func(objs ...any) {
 		if keys == nil {
@@ -179,8 +191,12 @@ func DependencyHandler(keys func(any) []types.NamespacedName, enqueue func(...ty
 		slices.SortFunc(ks, func(a, b types.NamespacedName) int { return strings.Compare(a.String(), b.String()) })
 		enqueue(slices.Compact(ks)...)
 	}
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { on(o) },
+	return cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(o any, isInInitialList bool) {
+			if !isInInitialList {
+				on(o)
+			}
+		},
 		UpdateFunc: func(old, o any) { on(old, o) },
 		DeleteFunc: func(o any) { on(o) },
 	}

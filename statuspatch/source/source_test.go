@@ -90,6 +90,8 @@ func TestEnqueueHandler(t *testing.T) {
 	h.OnDelete(cm("a", "y"))
 	h.OnDelete(cache.DeletedFinalStateUnknown{Key: "b/z", Obj: nil})
 	h.OnAdd(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "cluster-scoped"}}, false)
+	// The initial list: the pass made on gaining the lead covers it.
+	h.OnAdd(cm("a", "initial"), true)
 	want := []string{"a/x", "a/x", "a/y", "b/z", "/cluster-scoped"}
 	if !slices.Equal(got, want) {
 		t.Errorf("enqueued %v, want %v", got, want)
@@ -121,5 +123,31 @@ func TestToTyped(t *testing.T) {
 		"metadata": map[string]any{"namespace": "a", "name": "bad"}}}
 	if _, err := transform(bad); err == nil || !strings.Contains(err.Error(), "a/bad") {
 		t.Errorf("a malformed object: %v, want an error naming it", err)
+	}
+}
+
+func TestDependencyHandlerSkipsTheInitialList(t *testing.T) {
+	var got []string
+	resyncs := 0
+	keys := func(o any) []types.NamespacedName {
+		c := o.(*corev1.ConfigMap)
+		return []types.NamespacedName{{Namespace: c.Namespace, Name: "of-" + c.Name}}
+	}
+	enqueue := func(ks ...types.NamespacedName) {
+		for _, k := range ks {
+			got = append(got, k.String())
+		}
+	}
+	h := source.DependencyHandler(keys, enqueue, func() { resyncs++ })
+	h.OnAdd(cm("a", "initial"), true)
+	h.OnAdd(cm("a", "x"), false)
+	if want := []string{"a/of-x"}; !slices.Equal(got, want) {
+		t.Errorf("enqueued %v, want %v", got, want)
+	}
+	every := source.DependencyHandler(nil, enqueue, func() { resyncs++ })
+	every.OnAdd(cm("a", "initial"), true)
+	every.OnAdd(cm("a", "x"), false)
+	if resyncs != 1 {
+		t.Errorf("%d resyncs, want 1 (none for the initial list)", resyncs)
 	}
 }
