@@ -159,7 +159,6 @@ func Example() {
 		Data:       map[string]string{"maxSize": "500"},
 	}, metav1.UpdateOptions{}); err != nil {
 		fmt.Println(err)
-		return
 	}
 	waitFor(func() bool { return ready("huge") == "huge: Ready=True (Sized)" })
 	fmt.Println(ready("huge"))
