@@ -41,7 +41,7 @@
 //			return err
 //		}
 //		informers.Start(ctx.Done())    // returns at once; the informers run until ctx ends
-//		defer informers.Shutdown()     // after Run: the dispatcher reads the cache until Run returns
+//		defer informers.Shutdown()     // waits for the informers' goroutines
 //		return ctrl.Run(ctx)           // blocks until ctx is cancelled
 //	}
 //
@@ -150,8 +150,11 @@
 // Lease (vacated or left to run out, as above). It returns once all have
 // stopped. Whoever composes the parts without [Controller] gets the same
 // from leader.Claimer, which quiesces every statuspatch.Dispatcher built on
-// it before it vacates. Stop the informers only after Run returned: the
-// dispatcher reads the cache until then.
+// it before it vacates. The informers may stop when ctx ends, as
+// informers.Start(ctx.Done()) has them: once ctx is done neither a pass
+// nor the dispatcher starts reading the Source (a pass under way stops
+// within 256 objects; what they read then comes from the store as it
+// was), and the calls in flight send what they built before.
 //
 // # More
 //

@@ -95,7 +95,6 @@ type Dispatcher[O, S, P any] struct {
 	ctl     control // the in-flight limit and the latency estimate; guarded by mu
 	inst    *dispatchInstruments
 	life    outcome.Lifecycle
-	stop    chan struct{} // closed when Run's ctx ends
 
 	echoes     echoes // our writes' versions, until their events (Echo)
 	patches    outcome.Counters[outcome.Outcome]
@@ -138,7 +137,7 @@ func NewDispatcher[O, S, P any](q *PatchQueue[types.NamespacedName], src Source[
 	if size == 0 {
 		size = opts.MaxInFlight
 	}
-	d := &Dispatcher[O, S, P]{queue: q, src: src, comp: comp, patcher: patcher, leader: l, writer: writer, opts: opts, stop: make(chan struct{}),
+	d := &Dispatcher[O, S, P]{queue: q, src: src, comp: comp, patcher: patcher, leader: l, writer: writer, opts: opts,
 		ctl:     newControl(opts.Clock.Now(), opts.Workers == 0, size),
 		patches: outcome.NewCounters(outcome.All()...), dropped: outcome.NewCounters(dropReasons...), lastWarn: map[outcome.Outcome]*atomic.Int64{}}
 	for _, o := range []outcome.Outcome{outcome.Forbidden, outcome.Unauthorized, outcome.Invalid, outcome.Abandoned, outcome.Timeout, outcome.Error} {
@@ -203,12 +202,11 @@ func (d *Dispatcher[O, S, P]) Run(ctx context.Context) error {
 		}
 		calls.Go(func() {
 			defer d.queue.Done(key)
-			d.serve(key)
+			d.serve(ctx, key)
 		})
 	}
 	if ctx.Err() != nil {
 		reason = "context cancelled"
-		close(d.stop)
 		d.waitCalls(&calls)
 		d.dropQueued()
 	} else {

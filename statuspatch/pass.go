@@ -25,6 +25,9 @@ func (r *Reconciler[O, S, P]) pass(ctx context.Context) (res PassResult, kind st
 	if !ok {
 		return res, passNotLeader, ErrNotLeader
 	}
+	if ctx.Err() != nil { // the informers may be stopping: no read
+		return res, passCanceled, ctx.Err()
+	}
 	objs, err := r.src.List()
 	if err != nil {
 		r.opts.Logger.Warn("statuspatch: reconcile pass failed: listing objects", slog.Any("error", err))

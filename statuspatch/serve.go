@@ -14,21 +14,20 @@ import (
 
 // serve sends the patch key needs, if any, with a permit held; it gives
 // the permit back. A key served without a call is counted and logged with
-// the reason.
-func (d *Dispatcher[O, S, P]) serve(key types.NamespacedName) {
-	if reason, err := d.send(key); reason != "" {
+// the reason. Once ctx is done it starts no read of the Source: Run's
+// caller may stop the informers when it cancels ctx.
+func (d *Dispatcher[O, S, P]) serve(ctx context.Context, key types.NamespacedName) {
+	if reason, err := d.send(ctx, key); reason != "" {
 		d.drop(key, reason, err)
 		d.gate.release() // a call gives it back when it ends
 	}
 }
 
 // send makes the call key needs now, or says why there is none.
-func (d *Dispatcher[O, S, P]) send(key types.NamespacedName) (reason string, err error) {
+func (d *Dispatcher[O, S, P]) send(ctx context.Context, key types.NamespacedName) (reason string, err error) {
 	for {
-		select {
-		case <-d.stop:
+		if ctx.Err() != nil {
 			return dropShutdown, nil
-		default:
 		}
 		now := d.opts.Clock.Now()
 		claim := d.leader.Current()
@@ -50,7 +49,7 @@ func (d *Dispatcher[O, S, P]) send(key types.NamespacedName) (reason string, err
 			select {
 			case <-t.C():
 				continue // build again from the cache as it is then
-			case <-d.stop:
+			case <-ctx.Done():
 				t.Stop()
 				return dropShutdown, nil
 			}
