@@ -106,32 +106,21 @@ func New[O, S, P any](src statuspatch.Source[O], comp statuspatch.StatusComputer
 
 // eventHandler is source.EnqueueHandler to Enqueue, that drops the echoes
 // of the dispatcher's own writes (statuspatch.Dispatcher.Echo) and tells it
-// of deletions.
+// of deletions (their keys as EnqueueHandler finds them, tombstones too).
 func (c *Controller[O, S, P]) eventHandler() cache.ResourceEventHandler {
 	h := source.EnqueueHandler(func(k types.NamespacedName) { c.Enqueue(k) })
-	version := func(obj any) (types.NamespacedName, string, bool) {
-		m, err := meta.Accessor(obj)
-		if err != nil {
-			return types.NamespacedName{}, "", false
-		}
-		return types.NamespacedName{Namespace: m.GetNamespace(), Name: m.GetName()}, m.GetResourceVersion(), true
-	}
+	forget := source.EnqueueHandler(func(k types.NamespacedName) { c.dispatcher.Echo(k, "") })
 	return cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: h.OnAdd,
 		UpdateFunc: func(old, obj any) {
-			if k, rv, ok := version(obj); ok && c.dispatcher.Echo(k, rv) {
+			if m, err := meta.Accessor(obj); err == nil &&
+				c.dispatcher.Echo(types.NamespacedName{Namespace: m.GetNamespace(), Name: m.GetName()}, m.GetResourceVersion()) {
 				return
 			}
 			h.OnUpdate(old, obj)
 		},
 		DeleteFunc: func(obj any) {
-			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				if ns, name, err := cache.SplitMetaNamespaceKey(d.Key); err == nil {
-					c.dispatcher.Echo(types.NamespacedName{Namespace: ns, Name: name}, "")
-				}
-			} else if k, _, ok := version(obj); ok {
-				c.dispatcher.Echo(k, "")
-			}
+			forget.OnDelete(obj)
 			h.OnDelete(obj)
 		},
 	}
