@@ -9,13 +9,14 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/quietpatch/quietpatch/internal/base"
+	"github.com/quietpatch/quietpatch/internal/pipeline"
+	"github.com/quietpatch/quietpatch/internal/queue"
 	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch"
-	"github.com/quietpatch/quietpatch/statuspatch/outcome"
-	"github.com/quietpatch/quietpatch/statuspatch/shard"
-	"github.com/quietpatch/quietpatch/statuspatch/source"
 )
 
 // Controller keeps the status of the objects of one resource up to date: a
@@ -26,58 +27,74 @@ import (
 type Controller[O, S, P any] struct {
 	cfg        Config
 	src        statuspatch.Source[O]
+	comp       statuspatch.StatusComputer[O, S, P]
 	log        *slog.Logger
-	claimer    *leader.Claimer // nil with Config.Observer
-	observer   leader.Observer
-	queue      *statuspatch.PatchQueue[types.NamespacedName]
-	reconciler *statuspatch.Reconciler[O, S, P]
-	dispatcher *statuspatch.Dispatcher[O, S, P]
+	claimer    *leader.Claimer
+	queue      *queue.Queue[types.NamespacedName]
+	reconciler *pipeline.Reconciler[O, S, P]
+	dispatcher *pipeline.Dispatcher[O, S, P]
+	metrics    *pipeline.Metrics
 	synced     []cache.InformerSynced
-	life       outcome.Lifecycle // stopped from the moment Run begins to stop
-	ready      atomic.Bool       // synced, parts running
+	life       base.Lifecycle // stopped from the moment Run begins to stop
+	ready      atomic.Bool    // synced, parts running
 }
 
 var _ Runner = (*Controller[any, any, any])(nil)
 
 // New builds a Controller for the objects src lists, whose status comp
 // computes and patcher writes, and starts nothing. It rejects an invalid
-// cfg with a [*ConfigError] naming the field.
+// cfg, or a nil src, comp or patcher, with a [*ConfigError] naming the
+// field.
 //
-// Events: when src has an informer (statuspatch/source.Informer), or is
-// itself an [Informer] (AddEventHandler and HasSynced, as the Source of
-// the controller-runtime integration), New registers a handler that
-// enqueues every object added, updated or deleted, except the Adds of the
-// informer's initial list (source.EnqueueHandler) and the updates that
-// are the echoes of its own writes (statuspatch.Dispatcher.Echo, with a
-// statuspatch.VersionPatcher); with any other Source
-// (an Indexer, a lister) call Enqueue from your handlers, and skip the
-// initial list likewise: the pass made on gaining the lead covers every
-// object the synced Source lists, and keys enqueued for it would wait in
-// the fresh lane ahead of the edits made during the first convergence.
-// Config.Dependencies wires the other resources.
+// Events: when src has an informer (source.FromInformer), or is itself an
+// [Informer] (AddEventHandler and HasSynced, as the Source of the
+// controller-runtime integration), New registers a handler that enqueues
+// the key comp.Key gives every object added, updated or deleted, except
+// the Adds of the informer's initial list (the pass made on gaining the
+// lead covers them) and the updates that are the echoes of its own writes
+// (with a statuspatch.VersionPatcher). With any other Source (an Indexer,
+// a lister) call Enqueue from your handlers, and skip the initial list
+// likewise (source.EnqueueHandler does both). Config.Dependencies wires the
+// other resources.
 func New[O, S, P any](src statuspatch.Source[O], comp statuspatch.StatusComputer[O, S, P], patcher statuspatch.Patcher[P], cfg Config) (*Controller[O, S, P], error) {
-	cfg, err := cfg.complete()
+	cfg, opts, err := cfg.complete()
 	if err != nil {
 		return nil, err
 	}
-	c := &Controller[O, S, P]{cfg: cfg, src: src, log: cfg.Logger.With(slog.String("pipeline", cfg.Name))}
+	if cfg.Shards > 1 {
+		return nil, &ConfigError{Field: "Shards", Reason: fmt.Sprintf("is %d: a sharded pipeline needs an informer per shard, build it with NewSharded", cfg.Shards)}
+	}
+	c, err := build(src, comp, patcher, cfg, opts, cfg.Leases)
+	if err != nil {
+		return nil, err
+	}
+	deps, err := addDependencies(cfg.Dependencies, c.Enqueue, c.resync)
+	if err != nil {
+		return nil, err
+	}
+	c.synced = append(c.synced, deps...)
+	return c, nil
+}
+
+// build is New once cfg is complete, for one pipeline or one shard's: its
+// claimer on leases and cfg.Lease, its queue, reconciler and dispatcher,
+// its instruments, and the event handler on src's informer.
+func build[O, S, P any](src statuspatch.Source[O], comp statuspatch.StatusComputer[O, S, P], patcher statuspatch.Patcher[P], cfg Config, opts pipeline.Options, leases coordinationv1client.LeasesGetter) (*Controller[O, S, P], error) {
 	if src == nil {
 		return nil, &ConfigError{Field: "Source", Reason: "must not be nil"}
 	}
-	c.observer = cfg.Observer
-	if c.observer == nil {
-		if c.claimer, err = leader.NewClaimer(cfg.Leases, cfg.Lease); err != nil {
-			return nil, outcome.Prefix("Lease.", err)
-		}
-		c.observer = c.claimer
+	c := &Controller[O, S, P]{cfg: cfg, src: src, comp: comp, log: cfg.Logger.With(slog.String("pipeline", cfg.Name))}
+	var err error
+	if c.claimer, err = leader.NewClaimer(leases, cfg.Lease); err != nil {
+		return nil, base.Prefix("Lease.", err)
 	}
-	if c.queue, err = statuspatch.NewPatchQueue[types.NamespacedName](cfg.Options); err != nil {
+	opts.Lease = types.NamespacedName{Namespace: cfg.Lease.Namespace, Name: cfg.Lease.Name}
+	c.queue = queue.New[types.NamespacedName](opts.Capacity, opts.Clock)
+	c.metrics = pipeline.NewMetrics(cfg.Meter, opts)
+	if c.reconciler, err = pipeline.NewReconciler(src, comp, c.queue, c.claimer, opts, c.metrics); err != nil {
 		return nil, err
 	}
-	if c.reconciler, err = statuspatch.NewReconciler(src, comp, c.queue, c.observer, cfg.Options); err != nil {
-		return nil, err
-	}
-	if c.dispatcher, err = statuspatch.NewDispatcher(c.queue, src, comp, patcher, c.observer, cfg.Options); err != nil {
+	if c.dispatcher, err = pipeline.NewDispatcher(c.queue, src, comp, patcher, c.claimer, opts, c.metrics); err != nil {
 		return nil, err
 	}
 	if s, ok := src.(interface{ HasSynced() bool }); ok {
@@ -96,32 +113,50 @@ func New[O, S, P any](src statuspatch.Source[O], comp statuspatch.StatusComputer
 			return nil, fmt.Errorf("quietpatch: registering the event handler on the Source's informer: %w", err)
 		}
 	}
-	deps, err := addDependencies(cfg.Dependencies, c.Enqueue, c.resync)
-	if err != nil {
-		return nil, err
-	}
-	c.synced = append(c.synced, deps...)
 	return c, nil
 }
 
-// eventHandler is source.EnqueueHandler to Enqueue, that drops the echoes
-// of the dispatcher's own writes (statuspatch.Dispatcher.Echo) and tells it
-// of deletions (their keys as EnqueueHandler finds them, tombstones too).
+// eventHandler enqueues the key of every object added (but for the
+// informer's initial list), updated or deleted — comp.Key's, the one key
+// the queue, the Source and the dispatcher use —, but for the echoes of
+// the dispatcher's own writes, and tells the dispatcher of deletions.
 func (c *Controller[O, S, P]) eventHandler() cache.ResourceEventHandler {
-	h := source.EnqueueHandler(func(k types.NamespacedName) { c.Enqueue(k) })
-	forget := source.EnqueueHandler(func(k types.NamespacedName) { c.dispatcher.Echo(k, "") })
+	key := func(obj any) (types.NamespacedName, bool) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			if o, ok := d.Obj.(O); ok {
+				obj = o
+			} else {
+				ns, name, err := cache.SplitMetaNamespaceKey(d.Key)
+				return types.NamespacedName{Namespace: ns, Name: name}, err == nil
+			}
+		}
+		o, ok := obj.(O)
+		if !ok {
+			return types.NamespacedName{}, false
+		}
+		return c.comp.Key(o), true
+	}
 	return cache.ResourceEventHandlerDetailedFuncs{
-		AddFunc: h.OnAdd,
-		UpdateFunc: func(old, obj any) {
-			if m, err := meta.Accessor(obj); err == nil &&
-				c.dispatcher.Echo(types.NamespacedName{Namespace: m.GetNamespace(), Name: m.GetName()}, m.GetResourceVersion()) {
+		AddFunc: func(obj any, isInInitialList bool) {
+			if k, ok := key(obj); ok && !isInInitialList {
+				c.Enqueue(k)
+			}
+		},
+		UpdateFunc: func(_, obj any) {
+			k, ok := key(obj)
+			if !ok {
 				return
 			}
-			h.OnUpdate(old, obj)
+			if m, err := meta.Accessor(obj); err == nil && c.dispatcher.Echo(k, m.GetResourceVersion()) {
+				return
+			}
+			c.Enqueue(k)
 		},
 		DeleteFunc: func(obj any) {
-			forget.OnDelete(obj)
-			h.OnDelete(obj)
+			if k, ok := key(obj); ok {
+				c.dispatcher.Echo(k, "")
+				c.Enqueue(k)
+			}
 		},
 	}
 }
@@ -136,7 +171,7 @@ func addDependencies(deps []Dependency, enqueue func(...types.NamespacedName), r
 			return nil, &ConfigError{Field: fmt.Sprintf("Dependencies[%d].Informer", i), Reason: "must not be nil"}
 		}
 		synced = append(synced, d.Informer.HasSynced)
-		if _, err := d.Informer.AddEventHandler(source.DependencyHandler(d.Keys, enqueue, resync)); err != nil {
+		if _, err := d.Informer.AddEventHandler(dependencyHandler(d.Keys, enqueue, resync)); err != nil {
 			return nil, fmt.Errorf("quietpatch: registering the event handler of Dependencies[%d]: %w", i, err)
 		}
 	}
@@ -149,16 +184,18 @@ func addDependencies(deps []Dependency, enqueue func(...types.NamespacedName), r
 //
 // Start: wait until the Source's cache and every dependency's have synced
 // (at most Config.SyncTimeout: a replica with an empty cache must not
-// lead), then start the dispatcher, the claimer (unless Config.Observer)
-// and the reconciler.
+// lead), register the instruments (Config.Meter), then start the
+// dispatcher, the claimer and the reconciler.
 //
 // Stop, in this order: the reconciler (no new key); the dispatcher — no
 // new call, the calls in flight run to the API server's answer, what is
 // queued is dropped; then the claimer — it vacates the Lease only if every
-// call got an answer, else it lets the claim run out. Run returns once all
-// have stopped. Once ctx is done no pass and no serve starts reading the
-// Source (nor computes a status, which may read the dependencies'
-// caches), so the informers may stop with ctx (informers.Start(ctx.Done())).
+// call got an answer, else it lets the claim run out. Run unregisters the
+// instruments and returns once all have stopped. The reconciler and the
+// dispatcher see ctx itself: from the moment it is done, no pass and no
+// serve starts reading the Source (nor computes a status, which may read
+// the dependencies' caches), so the informers may stop with ctx
+// (informers.Start(ctx.Done())).
 //
 // Failures that end Run: the caches do not sync in time ([ErrNotSynced]);
 // the lease loop fails (for example RBAC forbids the Lease); a part stops
@@ -171,15 +208,19 @@ func (c *Controller[O, S, P]) Run(ctx context.Context) error {
 	if err := waitSynced(ctx, c.log, c.cfg.SyncTimeout, c.synced, "is the resource served, and may we list and watch it?"); err != nil {
 		return err
 	}
+	unregister, err := pipeline.Register(c.metrics, c.queue, c.reconciler, c.dispatcher)
+	if err != nil {
+		return err
+	}
+	defer unregister()
 	c.log.Info("quietpatch: caches synced; competing for the lease",
-		slog.String("identity", c.observer.Identity()), slog.Int("capacity", c.queue.Cap()),
+		slog.String("identity", c.claimer.Identity()), slog.Int("capacity", c.queue.Cap()),
 		slog.Duration("interval", c.cfg.Interval), slog.Int("workers", c.cfg.Workers))
 
 	runCtx, fail := context.WithCancelCause(ctx)
 	defer fail(nil)
 	var first atomic.Pointer[error] // the first part to stop on its own
-	start := func(name string, run func(context.Context) error) (stop func()) {
-		pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	start := func(name string, pctx context.Context, run func(context.Context) error) (wait func()) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -192,25 +233,26 @@ func (c *Controller[O, S, P]) Run(ctx context.Context) error {
 				fail(err)
 			}
 		}()
-		return func() { cancel(); <-done }
+		return func() { <-done }
 	}
-	dispatcher := start("dispatcher", c.dispatcher.Run)
-	claimer := func() {}
-	if c.claimer != nil {
-		claimer = start("lease loop", c.claimer.Run)
-	}
-	reconciler := start("reconciler", c.reconciler.Run)
+	// The reconciler and the dispatcher run on ctx itself; the claimer
+	// until both stopped, for it quiesces the dispatcher and vacates.
+	claimCtx, stopClaim := context.WithCancel(context.WithoutCancel(ctx))
+	dispatcher := start("dispatcher", runCtx, c.dispatcher.Run)
+	claimer := start("lease loop", claimCtx, c.claimer.Run)
+	reconciler := start("reconciler", runCtx, c.reconciler.Run)
 	c.ready.Store(true)
 
 	<-runCtx.Done()
 	c.life.Stop(nil) // stopping
 	c.log.Info("quietpatch: stopping: the reconciler, the dispatcher (calls in flight finish), then the lease")
 	reconciler()
-	dispatcher()
-	claimer()
 	c.queue.Close()
+	dispatcher()
+	c.dispatcher.DropQueued()
+	stopClaim()
+	claimer()
 	c.ready.Store(false)
-	var err error
 	if p := first.Load(); p != nil {
 		err = *p
 	}
@@ -219,11 +261,11 @@ func (c *Controller[O, S, P]) Run(ctx context.Context) error {
 }
 
 // Enqueue asks for the objects with keys — those one event affects — to be
-// reconciled soon (statuspatch.Reconciler.Enqueue): a few keys take the
-// fresh lane, served before the periodic passes' keys; more make one pass,
-// which queues only the objects that changed. While this replica does not lead
-// it does nothing (the pass made on gaining the lead covers every object).
-// It never blocks: call it from event handlers.
+// reconciled soon: a few keys take the fresh lane, served before the
+// periodic passes' keys; more make one pass, which queues only the objects
+// that changed. While this replica does not lead it does nothing (the pass
+// made on gaining the lead covers every object). It never blocks: call it
+// from event handlers.
 func (c *Controller[O, S, P]) Enqueue(keys ...types.NamespacedName) { c.reconciler.Enqueue(keys...) }
 
 // resync makes a pass soon, if we lead.
@@ -235,7 +277,7 @@ func (c *Controller[O, S, P]) resync() {
 
 // Leading reports whether our claim is current now.
 func (c *Controller[O, S, P]) Leading() bool {
-	return c.observer.Current().IsCurrentFor(c.observer.Identity(), c.cfg.Clock.Now())
+	return c.claimer.Current().IsCurrentFor(c.claimer.Identity(), c.cfg.Clock.Now())
 }
 
 // Ready reports whether this replica is ready, leader or not: nil once the
@@ -249,10 +291,8 @@ func (c *Controller[O, S, P]) Ready() error {
 		return ErrNotSynced
 	}
 	var errs []error
-	if c.claimer != nil {
-		if err := c.claimer.Healthy(); err != nil {
-			errs = append(errs, fmt.Errorf("lease loop: %w", err))
-		}
+	if err := c.claimer.Ready(); err != nil {
+		errs = append(errs, fmt.Errorf("lease loop: %w", err))
 	}
 	if err := c.dispatcher.Healthy(); err != nil {
 		errs = append(errs, fmt.Errorf("dispatcher: %w", err))
@@ -268,7 +308,7 @@ func (c *Controller[O, S, P]) Ready() error {
 // that ignores its context). Every other failure ends Run. Wire it to a
 // liveness probe.
 func (c *Controller[O, S, P]) Live() error {
-	if err := c.dispatcher.Healthy(); err != nil && !errors.Is(err, statuspatch.ErrNotRunning) {
+	if err := c.dispatcher.Healthy(); err != nil && !errors.Is(err, pipeline.ErrNotRunning) {
 		return fmt.Errorf("dispatcher: %w", err)
 	}
 	return nil
@@ -276,28 +316,18 @@ func (c *Controller[O, S, P]) Live() error {
 
 // Stats returns a snapshot of the Controller's counters.
 func (c *Controller[O, S, P]) Stats() Stats {
-	claim := c.observer.Current()
+	claim := c.claimer.Current()
 	st := Stats{
-		Stats:      shard.Stats{Shards: 1, Members: []string{c.observer.Identity()}, Running: []int{0}},
-		Reconciler: c.reconciler.Stats(),
-		Dispatcher: c.dispatcher.Stats(),
-		Queue:      c.queue.Stats(),
+		Shards: 1, Members: []string{c.claimer.Identity()}, Running: []int{0},
+		Reconciler: ReconcilerStats(c.reconciler.Stats()),
+		Dispatcher: DispatcherStats(c.dispatcher.Stats()),
+		Queue:      statuspatch.QueueStats(c.queue.Stats()),
 		Capacity:   c.queue.Cap(),
 		Claim:      claim,
-		Leading:    claim.IsCurrentFor(c.observer.Identity(), c.cfg.Clock.Now()),
+		Leading:    claim.IsCurrentFor(c.claimer.Identity(), c.cfg.Clock.Now()),
 	}
 	if st.Leading {
 		st.Held = []int{0}
 	}
 	return st
 }
-
-// Identity returns this replica's holder identity.
-func (c *Controller[O, S, P]) Identity() string { return c.observer.Identity() }
-
-// Source returns the Source the Controller reads.
-func (c *Controller[O, S, P]) Source() statuspatch.Source[O] { return c.src }
-
-// Claimer returns the Controller's claimer, or nil when Config.Observer
-// was given.
-func (c *Controller[O, S, P]) Claimer() *leader.Claimer { return c.claimer }

@@ -377,7 +377,7 @@ func TestInformerEventsAreReconciledWithoutWaitingForTheInterval(t *testing.T) {
 	kube := fake.NewClientset()
 	cfg := baseConfig(kube)
 	cfg.Interval = time.Hour
-	c, err := quietpatch.New(source.Informer[*unstructured.Unstructured](inf), computer, patcher, cfg)
+	c, err := quietpatch.New(source.FromInformer[*unstructured.Unstructured](inf), computer, patcher, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -651,7 +651,7 @@ func TestIndexerSourceIsReconciledOnEnqueue(t *testing.T) {
 	kube := fake.NewClientset()
 	cfg := baseConfig(kube)
 	cfg.Interval = time.Hour
-	c, err := quietpatch.New(source.Indexer[*item](idx, nil), itemComputer, statuspatch.PatcherFunc[string](func(_ context.Context, name string) error {
+	c, err := quietpatch.New(source.FromIndexer[*item](idx, nil), itemComputer, statuspatch.PatcherFunc[string](func(_ context.Context, name string) error {
 		o, _, _ := idx.GetByKey("ns/" + name)
 		if err := idx.Update(&item{name: name, gen: o.(*item).gen, state: o.(*item).gen}); err != nil {
 			return err

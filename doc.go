@@ -33,7 +33,7 @@
 //		if err != nil {
 //			return err
 //		}
-//		ctrl, err := quietpatch.New(source.Informer[*Widget](inf), computer, patcher, quietpatch.Config{
+//		ctrl, err := quietpatch.New(source.FromInformer[*Widget](inf), computer, patcher, quietpatch.Config{
 //			Leases: leases,
 //			Lease:  leader.Config{Namespace: "widgets-system", Name: "widget-status"},
 //		})

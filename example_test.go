@@ -114,7 +114,7 @@ func Example() {
 	}
 
 	// One call: the Lease, the queue, the reconciler, the dispatcher.
-	ctrl, err := quietpatch.New(source.Informer[*Widget](inf), computer, patcher, quietpatch.Config{
+	ctrl, err := quietpatch.New(source.FromInformer[*Widget](inf), computer, patcher, quietpatch.Config{
 		Options:      statuspatch.Options{Name: "widgets"},
 		Leases:       kube.CoordinationV1(),
 		Lease:        leader.Config{Namespace: "demo", Name: "widget-status"},

@@ -9,15 +9,17 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"go.opentelemetry.io/otel/attribute"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/quietpatch/quietpatch/internal/base"
+	"github.com/quietpatch/quietpatch/internal/pipeline"
+	"github.com/quietpatch/quietpatch/internal/shard"
 	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch"
-	"github.com/quietpatch/quietpatch/statuspatch/outcome"
-	"github.com/quietpatch/quietpatch/statuspatch/shard"
 	"github.com/quietpatch/quietpatch/statuspatch/source"
 )
 
@@ -30,12 +32,13 @@ import (
 // [NewSharded]. All methods are safe for concurrent use.
 type Sharded[O, S, P any] struct {
 	cfg     Config
+	opts    pipeline.Options
 	comp    statuspatch.StatusComputer[O, S, P]
 	patcher statuspatch.Patcher[P]
 	coord   *shard.Coordinator[*shardPipeline[O, S, P]]
 	log     *slog.Logger
 	synced  []cache.InformerSynced
-	life    outcome.Lifecycle
+	life    base.Lifecycle
 }
 
 var _ Runner = (*Sharded[any, any, any])(nil)
@@ -43,10 +46,10 @@ var _ Runner = (*Sharded[any, any, any])(nil)
 // NewSharded builds a [Sharded] for the objects lw lists and watches, whose
 // status comp computes and patcher writes, and starts nothing.
 // Config.Shards is the shard count K, 2 or more (one pipeline is [New]'s);
-// Config.Leases and Config.Lease are required (not an Observer): shard i's
-// Lease is named <Lease.Name>-shard-<i>-of-<K>, each replica keeps a
-// membership Lease <Lease.Name>-member-<hash>, and Lease's durations apply
-// to all.
+// shard i's Lease is named <Lease.Name>-shard-<i>-of-<K>, each replica
+// keeps a membership Lease <Lease.Name>-member-<hash>, and Lease's
+// durations apply to all. It rejects an invalid cfg, or a nil lw, comp or
+// patcher, with a [*ConfigError] naming the field.
 //
 // lw is the resource's ListerWatcher, for example
 // cache.NewListWatchFromClient(client.RESTClient(), "httproutes", "", fields.Everything()),
@@ -62,27 +65,28 @@ func NewSharded[O, S, P any](lw cache.ListerWatcher, comp statuspatch.StatusComp
 		return nil, &ConfigError{Field: "ListerWatcher", Reason: "must not be nil"}
 	case !isObject(zero):
 		return nil, &ConfigError{Field: "O", Reason: fmt.Sprintf("must be the runtime.Object pointer type of the resource, got %T", zero)}
-	case cfg.Shards <= 1:
+	case comp == nil:
+		return nil, &ConfigError{Field: "Computer", Reason: "must not be nil"}
+	case patcher == nil:
+		return nil, &ConfigError{Field: "Patcher", Reason: "must not be nil"}
+	case cfg.Shards <= 1 || cfg.Shards > shard.MaxShards:
 		return nil, &ConfigError{Field: "Shards", Reason: fmt.Sprintf("is %d: a sharded pipeline has 2 to %d shards; build one pipeline with New", cfg.Shards, shard.MaxShards)}
-	case cfg.Observer != nil:
-		return nil, &ConfigError{Field: "Observer", Reason: "cannot be used with Shards > 1: each shard has its own Lease and claimer (set Leases and Lease)"}
 	}
-	k := cfg.Shards
-	cfg.Shards = 0 // each shard's pipeline is unsharded
-	cfg, err := cfg.complete()
+	cfg, opts, err := cfg.complete()
 	if err != nil {
 		return nil, err
 	}
-	if _, err := statuspatch.NewPatchQueue[types.NamespacedName](cfg.Options); err != nil {
-		return nil, err // the Options' own checks, once, before any shard runs
-	}
-	s := &Sharded[O, S, P]{cfg: cfg, comp: comp, patcher: patcher, log: cfg.Logger.With(slog.String("pipeline", cfg.Name))}
-	if s.coord, err = shard.NewCoordinator(shard.Config{Shards: k, Leases: cfg.Leases, Lease: cfg.Lease,
-		Name: cfg.Name, Logger: cfg.Logger, Meter: cfg.Meter}, lw, s.build); err != nil {
+	s := &Sharded[O, S, P]{cfg: cfg, opts: opts, comp: comp, patcher: patcher, log: cfg.Logger.With(slog.String("pipeline", cfg.Name))}
+	k := cfg.Shards
+	// Each shard's pipeline is New's, under the Lease with the longest
+	// name: build shard K-1's now, so that what a shard would reject is
+	// rejected here, before anything runs.
+	last := cfg.Lease
+	last.Name = shard.LeaseName(cfg.Lease.Name, k-1, k)
+	if _, err := s.build(k-1, last, cfg.Leases, nil); err != nil {
 		return nil, err
 	}
-	longest := statuspatch.WriteClaim{Identity: cfg.Lease.Identity, LeaseNamespace: cfg.Lease.Namespace, LeaseName: shard.LeaseName(cfg.Lease.Name, k-1, k)}
-	if err := statuspatch.CheckFieldManager(patcher, longest); err != nil {
+	if s.coord, err = shard.NewCoordinator(shard.Config{Shards: k, Leases: cfg.Leases, Lease: cfg.Lease, Name: cfg.Name}, lw, s.build); err != nil {
 		return nil, err
 	}
 	if s.synced, err = addDependencies(cfg.Dependencies, s.coord.Enqueue, s.coord.Resync); err != nil {
@@ -93,19 +97,18 @@ func NewSharded[O, S, P any](lw cache.ListerWatcher, comp statuspatch.StatusComp
 
 func isObject(o any) bool { _, ok := o.(runtime.Object); return ok }
 
-// build is the pipeline of shard i: an informer on lw and the pipeline
-// [New] builds on it, under lease.
-func (s *Sharded[O, S, P]) build(i int, lease leader.Config, lw cache.ListerWatcher) (*shardPipeline[O, S, P], error) {
+// build is the pipeline of shard i: an informer on lw (none when nil: a
+// check) and the pipeline [New] builds on it, under lease, with the shard
+// attribute on its instruments.
+func (s *Sharded[O, S, P]) build(i int, lease leader.Config, leases coordinationv1client.LeasesGetter, lw cache.ListerWatcher) (*shardPipeline[O, S, P], error) {
 	var zero O
 	inf := cache.NewSharedIndexInformer(lw, any(zero).(runtime.Object), 0,
 		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	cfg := s.cfg
-	cfg.Lease, cfg.Dependencies, cfg.Logger = lease, nil, lease.Logger
-	cfg.Leases = checkedLeases{s.cfg.Leases} // the group checked it and warned
-	if s.cfg.Meter != nil {
-		cfg.Meter = lease.Meter // the shard's, with its attribute
-	}
-	ctrl, err := New(source.Informer[O](inf), s.comp, s.patcher, cfg)
+	cfg, opts := s.cfg, s.opts
+	cfg.Lease, cfg.Logger = lease, lease.Logger
+	opts.Logger = lease.Logger.With(slog.String("pipeline", cfg.Name))
+	opts.Attrs = append(opts.Attrs, attribute.Int("shard", i))
+	ctrl, err := build(source.FromInformer[O](inf), s.comp, s.patcher, cfg, opts, leases)
 	if err != nil {
 		return nil, err
 	}
@@ -117,12 +120,6 @@ func (s *Sharded[O, S, P]) build(i int, lease leader.Config, lw cache.ListerWatc
 		return nil, fmt.Errorf("quietpatch: counting the objects of shard %d: %w", i, err)
 	}
 	return p, nil
-}
-
-// checkedLeases is the Lease client of the shards' claimers: the group
-// checked it already, and logged what there was to say.
-type checkedLeases struct {
-	coordinationv1client.LeasesGetter
 }
 
 // shardPipeline is one shard's informer and pipeline.
@@ -143,7 +140,7 @@ func (p *shardPipeline[O, S, P]) Run(ctx context.Context) error {
 	return p.ctrl.Run(ctx)
 }
 
-func (p *shardPipeline[O, S, P]) Claim() leader.Claim { return p.ctrl.observer.Current() }
+func (p *shardPipeline[O, S, P]) Claim() leader.Claim { return p.ctrl.claimer.Current() }
 
 func (p *shardPipeline[O, S, P]) Objects() int64 { return p.objects.Load() }
 
@@ -199,7 +196,7 @@ func (s *Sharded[O, S, P]) Enqueue(keys ...types.NamespacedName) { s.coord.Enque
 // healthy (a shard whose cache is syncing counts as healthy); ErrNotSynced
 // before.
 func (s *Sharded[O, S, P]) Ready() error {
-	if err := s.coord.Ready(); !errors.Is(err, shard.ErrNotRunning) {
+	if err := s.coord.Ready(); !errors.Is(err, pipeline.ErrNotRunning) {
 		return err
 	}
 	return ErrNotSynced
@@ -215,12 +212,15 @@ func (s *Sharded[O, S, P]) Leading() bool { return s.coord.Leading() }
 // Stats returns a snapshot: the shards held and run, the moves, and each
 // shard's Stats in PerShard.
 func (s *Sharded[O, S, P]) Stats() Stats {
-	st := Stats{Stats: s.coord.Stats(), PerShard: map[int]Stats{}}
-	st.Leading = len(st.Held) > 0
+	g := s.coord.Stats()
+	st := Stats{Shards: g.Shards, Members: g.Members, Held: g.Held, Running: g.Running, Acquired: g.Acquired,
+		GivenUp: g.GivenUp, Lost: g.Lost, Objects: g.Objects, Unfiltered: g.Unfiltered,
+		Leading: len(g.Held) > 0, PerShard: map[int]Stats{}}
 	s.coord.Each(func(i int, p *shardPipeline[O, S, P]) {
 		ps := p.ctrl.Stats()
-		ps.Stats = shard.Stats{} // the Controller's one shard: not this one's place in the group
-		st.PerShard[i] = ps
+		// The pipeline's fields only: not the Controller's one shard.
+		st.PerShard[i] = Stats{Reconciler: ps.Reconciler, Dispatcher: ps.Dispatcher, Queue: ps.Queue,
+			Capacity: ps.Capacity, Claim: ps.Claim, Leading: ps.Leading}
 	})
 	return st
 }

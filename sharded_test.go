@@ -23,9 +23,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/quietpatch/quietpatch"
+	"github.com/quietpatch/quietpatch/internal/shard"
 	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch"
-	"github.com/quietpatch/quietpatch/statuspatch/shard"
 	"github.com/quietpatch/quietpatch/statuspatch/source"
 )
 
@@ -312,7 +312,7 @@ func TestControllerIsOneShard(t *testing.T) {
 	cfg := shardedConfig(kube, "a")
 	cfg.Shards = 0
 	var r quietpatch.Runner
-	r, err := quietpatch.New(source.Informer[*corev1.ConfigMap](inf), configMapComputer, statuspatch.PatcherFunc[string](func(_ context.Context, key string) error {
+	r, err := quietpatch.New(source.FromInformer[*corev1.ConfigMap](inf), configMapComputer, statuspatch.PatcherFunc[string](func(_ context.Context, key string) error {
 		mu.Lock()
 		defer mu.Unlock()
 		patched[key] = true

@@ -58,21 +58,6 @@ func (c Claim) Remaining(now time.Time) time.Duration {
 	return c.Expiry.Sub(now)
 }
 
-// Observer is what consumers of leadership need: who we are, the latest
-// claim, and a way to be told when it changes. *Claimer implements it; tests
-// may supply their own.
-type Observer interface {
-	// Identity is this replica's holder identity.
-	Identity() string
-	// Current returns the latest claim observed. It never blocks on I/O.
-	Current() Claim
-	// Subscribe returns a channel that receives claims as they change and
-	// a function that ends the subscription. Sending never blocks the
-	// claimer: a subscriber that falls behind loses intermediate claims
-	// but always receives the latest one.
-	Subscribe() (changes <-chan Claim, cancel func())
-}
-
 // Writer is work that writes to the API server under this replica's claim —
 // a statuspatch Dispatcher applying status patches — and must have its writes
 // answered before the Lease is given up. See [Claimer.AddWriter].

@@ -4,13 +4,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"sync"
 	"time"
 
+	"github.com/quietpatch/quietpatch/internal/base"
+	"github.com/quietpatch/quietpatch/internal/leases"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/utils/clock"
-
-	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 // Claimer competes for one coordination.k8s.io/v1 Lease on behalf of one
@@ -34,7 +35,7 @@ type Claimer struct {
 	in     *instruments
 	hub    hub
 
-	life         outcome.Lifecycle
+	life         base.Lifecycle
 	kick         chan struct{}      // buffer 1: the watch saw something
 	relinquishCh chan relinquishReq // served by the loop while it waits
 	done         chan struct{}      // closed when Run returns
@@ -42,7 +43,7 @@ type Claimer struct {
 	mu      sync.Mutex // guards writers and watch
 	writers map[*writerEntry]struct{}
 	watch   watchState                        // written by the watch goroutine, read by the loop
-	client  coordinationv1client.LeasesGetter // for WarnUnsizedLimiter at Run
+	client  coordinationv1client.LeasesGetter // for the limiter warning at Run, and leases.SeenAt
 }
 
 // writerEntry is one registration of AddWriter; a pointer so that the same
@@ -54,18 +55,16 @@ type relinquishReq struct {
 	done    chan error // buffer 1
 }
 
-var _ Observer = (*Claimer)(nil)
-
 // NewClaimer returns a Claimer for the Lease cfg.Namespace/cfg.Name, using
 // client for every request (pass [NewLeaseClient]'s; one with client-go's
-// rate limiter is rejected, see [CheckLeaseClient]). It applies the defaults documented on [Config] and
-// returns an error wrapping [outcome.ErrInvalidConfig], naming the field, for an
+// rate limiter is rejected). It applies the defaults documented on [Config] and
+// returns an error wrapping [base.ErrInvalidConfig], naming the field, for an
 // impossible configuration. NewClaimer makes no API request.
 func NewClaimer(client coordinationv1client.LeasesGetter, cfg Config) (*Claimer, error) {
-	if client == nil {
-		return nil, fmt.Errorf("%w: client must not be nil", outcome.ErrInvalidConfig)
+	if client == nil || reflect.ValueOf(client).Kind() == reflect.Pointer && reflect.ValueOf(client).IsNil() {
+		return nil, &base.ConfigError{Field: "client", Reason: "must not be nil"}
 	}
-	if err := CheckLeaseClient(client); err != nil {
+	if err := leases.Check(client); err != nil {
 		return nil, err
 	}
 	cfg, err := cfg.Complete()
@@ -88,9 +87,6 @@ func NewClaimer(client coordinationv1client.LeasesGetter, cfg Config) (*Claimer,
 
 // Identity returns Config.Identity, the holder identity this replica writes.
 func (c *Claimer) Identity() string { return c.cfg.Identity }
-
-// Config returns the configuration in effect, defaults applied.
-func (c *Claimer) Config() Config { return c.cfg }
 
 // Current returns the latest claim this replica has observed; it never
 // blocks on I/O. Before Run has read the Lease it is the zero Claim.
@@ -169,19 +165,20 @@ func (c *Claimer) quiesceWriters(ctx context.Context, epoch int64) bool {
 	return answered
 }
 
-// Healthy reports whether the claimer is working: nil while Run is running,
-// [ErrNotStarted] before, and an error wrapping [ErrStopped] and Run's
-// error after Run has returned. It suits a readiness or liveness probe: a
-// replica whose lease loop died must not look healthy. Being healthy does
-// not mean holding the lease.
-func (c *Claimer) Healthy() error {
+// Ready reports whether the claimer is working: nil while Run is running,
+// else an error wrapping [ErrNotRunning] — and, after Run returned, Run's
+// error. It suits a readiness probe: a replica whose lease loop died must
+// not look ready. Being ready does not mean holding the lease.
+func (c *Claimer) Ready() error {
 	switch started, running, why := c.life.State(); {
 	case !started:
-		return ErrNotStarted
+		return fmt.Errorf("%w: Run not called", ErrNotRunning)
 	case running:
 		return nil
+	case why == nil:
+		return fmt.Errorf("%w: Run returned", ErrNotRunning)
 	default:
-		return fmt.Errorf("%w: %w", ErrStopped, why)
+		return fmt.Errorf("%w: Run returned: %w", ErrNotRunning, why)
 	}
 }
 
@@ -197,22 +194,22 @@ func (c *Claimer) Healthy() error {
 //
 // Relinquish waits for the loop to handle the request, which bounds it by
 // the claim left plus Config.CallTimeout; ctx bounds the wait. It returns the vacate
-// request's error, if any (the back-off applies anyway), [ErrNotStarted]
-// before Run, [ErrStopped] after Run returned, and [ErrNegativeBackoff] for a
-// negative backoff. Relinquishing while not holding the lease only starts
-// the back-off.
+// request's error, if any (the back-off applies anyway); an error wrapping
+// [ErrNotRunning] before Run and after it returned; a
+// *quietpatch.ConfigError for a negative backoff. Relinquishing while not
+// holding the lease only starts the back-off.
 func (c *Claimer) Relinquish(ctx context.Context, backoff time.Duration) error {
 	if backoff < 0 {
-		return ErrNegativeBackoff
+		return &base.ConfigError{Field: "backoff", Reason: fmt.Sprintf("must be >= 0, got %s", backoff)}
 	}
 	if started, _, _ := c.life.State(); !started {
-		return ErrNotStarted
+		return fmt.Errorf("%w: Run not called", ErrNotRunning)
 	}
 	req := relinquishReq{backoff: backoff, done: make(chan error, 1)}
 	select {
 	case c.relinquishCh <- req:
 	case <-c.done:
-		return ErrStopped
+		return fmt.Errorf("%w: Run returned", ErrNotRunning)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -244,12 +241,12 @@ func (c *Claimer) Relinquish(ctx context.Context, backoff time.Duration) error {
 // [Claimer.AddWriter]). On a permanent error it stops reporting itself as
 // holder at once but cannot vacate.
 //
-// Run may be called once; later calls return [outcome.ErrAlreadyStarted].
+// Run may be called once; later calls return [base.ErrAlreadyStarted].
 func (c *Claimer) Run(ctx context.Context) error {
 	if err := c.life.Start(); err != nil {
 		return err
 	}
-	WarnUnsizedLimiter(c.log, c.client)
+	leases.Warn(c.log, c.client)
 
 	unregister, err := c.in.observe(c.cfg.Identity, func() bool {
 		return c.Current().IsCurrentFor(c.cfg.Identity, c.clk.Now())

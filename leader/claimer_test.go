@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quietpatch/quietpatch/internal/base"
 	coordv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,8 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	k8stesting "k8s.io/client-go/testing"
-
-	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 func leaseSpec(holder string, renew time.Time, transitions int32) coordv1.LeaseSpec {
@@ -931,14 +930,14 @@ func TestRunTwiceAndReadiness(t *testing.T) {
 	if err := c.Healthy(); err != nil {
 		t.Errorf("Ready while running = %v", err)
 	}
-	if err := c.Run(context.Background()); !errors.Is(err, outcome.ErrAlreadyStarted) {
-		t.Errorf("second Run = %v, want outcome.ErrAlreadyStarted", err)
+	if err := c.Run(context.Background()); !errors.Is(err, base.ErrAlreadyStarted) {
+		t.Errorf("second Run = %v, want base.ErrAlreadyStarted", err)
 	}
 	if err := r.stop(); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v", err)
 	}
-	if err := c.Run(context.Background()); !errors.Is(err, outcome.ErrAlreadyStarted) {
-		t.Errorf("Run after stop = %v, want outcome.ErrAlreadyStarted", err)
+	if err := c.Run(context.Background()); !errors.Is(err, base.ErrAlreadyStarted) {
+		t.Errorf("Run after stop = %v, want base.ErrAlreadyStarted", err)
 	}
 }
 

@@ -11,14 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quietpatch/quietpatch/internal/base"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
-
-	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 // slowLimiter is a rate limiter of a kind client-go does not make.
@@ -58,7 +57,7 @@ func TestCheckLeaseClient(t *testing.T) {
 	}
 	for _, c := range cases {
 		err := CheckLeaseClient(c.client)
-		var ce *outcome.ConfigError
+		var ce *base.ConfigError
 		switch {
 		case c.reject && (!errors.As(err, &ce) || ce.Field != "Leases" || !strings.Contains(ce.Reason, "leader.NewLeaseClient(restConfig)")):
 			t.Errorf("%s: CheckLeaseClient = %v, want a ConfigError naming Leases and NewLeaseClient", c.name, err)
@@ -73,7 +72,7 @@ func TestCheckLeaseClient(t *testing.T) {
 			t.Errorf("%s: NewClaimer = %v, want rejected: %v", c.name, err, c.reject)
 		}
 	}
-	if _, err := NewLeaseClient(nil); !errors.Is(err, outcome.ErrInvalidConfig) {
+	if _, err := NewLeaseClient(nil); !errors.Is(err, base.ErrInvalidConfig) {
 		t.Errorf("NewLeaseClient(nil) = %v", err)
 	}
 }
@@ -95,8 +94,8 @@ func TestNewLeaseClientUserAgent(t *testing.T) {
 		if want == "" {
 			want = rest.DefaultKubernetesUserAgent()
 		}
-		if got := <-agents; got != want+" "+LeaseUserAgent {
-			t.Errorf("user agent %q, want %q", got, want+" "+LeaseUserAgent)
+		if got := <-agents; got != want+" "+leaseUserAgent {
+			t.Errorf("user agent %q, want %q", got, want+" "+leaseUserAgent)
 		}
 	}
 }

@@ -9,12 +9,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/quietpatch/quietpatch/internal/base"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/clock"
-
-	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 // Defaults applied by [NewClaimer] to zero fields of [Config].
@@ -137,19 +136,10 @@ type Config struct {
 	// Meter creates the quietpatch.leader instruments (docs/metrics.md).
 	// Nil means a no-op meter.
 	Meter metric.Meter
-
-	// Seen, if set, says when this process first saw the Lease with the
-	// given name and resourceVersion, if it did: the claimer then counts
-	// the claim it first reads from that moment rather than from its own
-	// first read — same process, same clock, same state. For a claimer
-	// started after something else in the process watched the Lease (the
-	// shard group of package statuspatch/shard passes its own here), so
-	// that taking a dead replica's shard costs one lease duration, not two.
-	Seen func(name, resourceVersion string) (time.Time, bool)
 }
 
 // Complete returns cfg with zero fields set to the defaults [NewClaimer]
-// applies, or a [*outcome.ConfigError] naming the first invalid field:
+// applies, or a [*base.ConfigError] naming the first invalid field:
 // what NewClaimer would reject.
 func (cfg Config) Complete() (Config, error) {
 	if cfg.Namespace == "" {
@@ -231,5 +221,5 @@ func (cfg Config) Complete() (Config, error) {
 func configErr(format string, args ...any) error {
 	msg := fmt.Sprintf(format, args...)
 	field, reason, _ := strings.Cut(msg, " ")
-	return &outcome.ConfigError{Field: field, Reason: reason}
+	return &base.ConfigError{Field: field, Reason: reason}
 }

@@ -7,9 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quietpatch/quietpatch/internal/base"
 	"k8s.io/client-go/kubernetes/fake"
-
-	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 func TestConfigDefaults(t *testing.T) {
@@ -106,18 +105,18 @@ func TestConfigRejected(t *testing.T) {
 			if err == nil {
 				t.Fatalf("accepted: %+v", c.Config())
 			}
-			if !errors.Is(err, outcome.ErrInvalidConfig) {
-				t.Errorf("error %v does not wrap outcome.ErrInvalidConfig", err)
+			if !errors.Is(err, base.ErrInvalidConfig) {
+				t.Errorf("error %v does not wrap base.ErrInvalidConfig", err)
 			}
 			if want := "quietpatch: invalid config: " + tc.want; !strings.HasPrefix(err.Error(), want) {
 				t.Errorf("error %q, want it to start with %q", err, want)
 			}
 			// The field is in the error's type, for callers that map it
 			// to a flag or option of their own.
-			var ce *outcome.ConfigError
+			var ce *base.ConfigError
 			field, _, _ := strings.Cut(tc.want, " ")
 			if !errors.As(err, &ce) || ce.Field != field {
-				t.Errorf("error %v: outcome.ConfigError %+v, want Field %q", err, ce, field)
+				t.Errorf("error %v: base.ConfigError %+v, want Field %q", err, ce, field)
 			}
 			if _, verr := cfg.Complete(); verr == nil || verr.Error() != err.Error() {
 				t.Errorf("Complete() = %v, NewClaimer: %v", verr, err)
@@ -125,8 +124,8 @@ func TestConfigRejected(t *testing.T) {
 		})
 	}
 	t.Run("nil client", func(t *testing.T) {
-		if _, err := NewClaimer(nil, valid); !errors.Is(err, outcome.ErrInvalidConfig) {
-			t.Errorf("NewClaimer(nil) = %v, want outcome.ErrInvalidConfig", err)
+		if _, err := NewClaimer(nil, valid); !errors.Is(err, base.ErrInvalidConfig) {
+			t.Errorf("NewClaimer(nil) = %v, want base.ErrInvalidConfig", err)
 		}
 	})
 }

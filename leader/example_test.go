@@ -10,8 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/quietpatch/quietpatch/internal/base"
 	"github.com/quietpatch/quietpatch/leader"
-	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 // A claim is current for its holder until its expiry, on the observer's
@@ -61,7 +61,7 @@ func ExampleNewClaimer_invalidConfig() {
 		RenewGrace:    20 * time.Second,
 	})
 	fmt.Println(err)
-	fmt.Println(errors.Is(err, outcome.ErrInvalidConfig))
+	fmt.Println(errors.Is(err, base.ErrInvalidConfig))
 	// Output:
 	// quietpatch: invalid config: RenewGrace must be < LeaseDuration (15s), got 20s
 	// true

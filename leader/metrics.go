@@ -6,6 +6,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/quietpatch/quietpatch/internal/base"
+	"github.com/quietpatch/quietpatch/internal/telemetry"
 	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
@@ -40,25 +42,25 @@ type request struct {
 	result outcome.Outcome
 }
 
-// instruments count in [outcome.Counters] and report through observable
+// instruments count in [base.Counters] and report through observable
 // instruments, so the claimer's loop never waits on a metrics SDK.
 type instruments struct {
-	in                *outcome.Instruments // nil: no meter
+	in                *telemetry.Instruments // nil: no meter
 	isLeader, epoch   metric.Int64ObservableGauge
 	transitions, reqs metric.Int64ObservableCounter
-	moves             outcome.Counters[string]  // transitions, by direction
-	calls             outcome.Counters[request] // requests
+	moves             base.Counters[string]  // transitions, by direction
+	calls             base.Counters[request] // requests
 }
 
 func newInstruments(m metric.Meter, namespace, name, identity string) *instruments {
 	var reqs []request
 	for _, op := range []string{opGet, opCreate, opAcquire, opRenew, opVacate, opWatch} {
-		for _, o := range outcome.All() {
+		for _, o := range base.Outcomes() {
 			reqs = append(reqs, request{op, o})
 		}
 	}
-	i := &instruments{moves: outcome.NewCounters("acquired", "lost"), calls: outcome.NewCounters(reqs...),
-		in: outcome.NewInstruments(m, attribute.String(attrNamespace, namespace), attribute.String(attrLease, name))}
+	i := &instruments{moves: base.NewCounters("acquired", "lost"), calls: base.NewCounters(reqs...),
+		in: telemetry.NewInstruments(m, attribute.String(attrNamespace, namespace), attribute.String(attrLease, name))}
 	if i.in == nil {
 		return i
 	}
@@ -83,7 +85,7 @@ func (i *instruments) observe(identity string, isLeader func() bool, epoch func(
 		sets[r] = i.in.Set(attribute.String(attrOperation, r.op), attribute.String(attrResult, string(r.result)))
 	}
 	leaderOpt, leaseOpt := i.in.Set(attribute.String(attrIdentity, identity)), i.in.Set()
-	reg, err := i.in.Register(func(_ context.Context, o metric.Observer) error {
+	return i.in.Register(func(_ context.Context, o metric.Observer) error {
 		v := int64(0)
 		if isLeader() {
 			v = 1
@@ -100,10 +102,6 @@ func (i *instruments) observe(identity string, isLeader func() bool, epoch func(
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return func() { _ = reg.Unregister() }, nil
 }
 
 func (i *instruments) transition(acquired bool) {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/quietpatch/quietpatch/internal/leases"
 	coordv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -160,8 +161,8 @@ func (l *loop) stopHolding(now time.Time, reason string) {
 func (l *loop) observe(lease *coordv1.Lease, now time.Time) {
 	if l.lease == nil || keyOf(lease) != keyOf(l.lease) {
 		l.observedAt = now
-		if seen := l.c.cfg.Seen; l.lease == nil && seen != nil {
-			if t, ok := seen(lease.Name, lease.ResourceVersion); ok && t.Before(now) {
+		if l.lease == nil {
+			if t, ok := leases.SeenAt(l.c.client, lease.Name, lease.ResourceVersion); ok && t.Before(now) {
 				l.observedAt = t
 			}
 		}

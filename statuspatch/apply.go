@@ -4,13 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
+	"github.com/quietpatch/quietpatch/internal/base"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 )
 
@@ -82,7 +81,7 @@ func (p ApplyPatch) Body(gvk schema.GroupVersionKind) ([]byte, error) {
 	return b, nil
 }
 
-// ApplyStatusPatcher applies [ApplyPatch]es to the status subresource of
+// ApplyPatcher applies [ApplyPatch]es to the status subresource of
 // one resource: one PATCH .../<resource>/<name>/status request with content
 // type application/apply-patch+yaml, its field manager and force=true, and
 // its context's deadline as the request's timeout parameter
@@ -93,7 +92,7 @@ func (p ApplyPatch) Body(gvk schema.GroupVersionKind) ([]byte, error) {
 // controller through a merge patch, say —, never another writer's
 // condition of a listType=map list. It is safe for concurrent use.
 //
-// Choose it over [DynamicStatusPatcher]'s merge patches when several
+// Choose it over [MergePatcher]'s merge patches when several
 // controllers write conditions of one status, each its own types, and the
 // CRD's conditions are listType=map: no read-modify-write, no 409 Conflict
 // when another writer wrote in between, nothing retried. Keep merge patches
@@ -103,39 +102,31 @@ func (p ApplyPatch) Body(gvk schema.GroupVersionKind) ([]byte, error) {
 // including a write of an earlier leader that lands after its claim ended.
 // An apply has no precondition: such a late write lands, and the object's
 // next event has the current leader recompute and re-apply.
-type ApplyStatusPatcher struct {
+type ApplyPatcher struct {
 	rest         rest.Interface
 	gvr          schema.GroupVersionResource
 	gvk          schema.GroupVersionKind
 	fieldManager string
 }
 
-// NewApplyStatusPatcherForConfig returns a patcher that applies the status
-// of resource gvr, whose objects are of kind kind (the apply body names
-// apiVersion and kind), with a client of its own for the API server of cfg.
-// Like [NewStatusPatcherForConfig] it leaves a 429's Retry-After to the
-// [Dispatcher] (no client-side retries), and cfg's rate limiter applies as
-// configured: set QPS to -1 for none. fieldManager names this writer in
-// managedFields; each writer of a status needs its own, the same in every
-// replica of one controller. The API server limits it to 128 characters.
-func NewApplyStatusPatcherForConfig(cfg *rest.Config, gvr schema.GroupVersionResource, kind, fieldManager string) (*ApplyStatusPatcher, error) {
-	switch {
-	case cfg == nil:
-		return nil, errors.New("statuspatch: NewApplyStatusPatcherForConfig: cfg must not be nil")
-	case gvr.Resource == "" || gvr.Version == "":
-		return nil, fmt.Errorf("statuspatch: NewApplyStatusPatcherForConfig: gvr needs a version and a resource, got %q", gvr.String())
-	case kind == "":
-		return nil, errors.New("statuspatch: NewApplyStatusPatcherForConfig: kind must not be empty")
-	case fieldManager == "":
-		return nil, errors.New("statuspatch: NewApplyStatusPatcherForConfig: fieldManager must not be empty")
-	case len(fieldManager) > 128:
-		return nil, fmt.Errorf("statuspatch: NewApplyStatusPatcherForConfig: fieldManager must be at most 128 characters, got %d", len(fieldManager))
+// NewApplyPatcher returns a patcher that applies the status of resource
+// gvr, whose objects are of kind kind (the apply body names apiVersion and
+// kind), with a client of its own for the API server of cfg. Like
+// [NewMergePatcher] it leaves a 429's Retry-After to the dispatcher (no
+// client-side retries), and cfg's rate limiter applies as configured: set
+// QPS to -1 for none. fieldManager names this writer in managedFields;
+// each writer of a status needs its own, the same in every replica of one
+// controller. Invalid arguments are rejected with a
+// *quietpatch.ConfigError naming them.
+func NewApplyPatcher(cfg *rest.Config, gvr schema.GroupVersionResource, kind, fieldManager string) (*ApplyPatcher, error) {
+	if kind == "" {
+		return nil, &base.ConfigError{Field: "kind", Reason: "must not be empty"}
 	}
-	rc, err := rest.UnversionedRESTClientFor(dynamic.ConfigFor(rest.CopyConfig(cfg)))
+	rc, err := restClientFor(cfg, gvr, fieldManager)
 	if err != nil {
-		return nil, fmt.Errorf("statuspatch: NewApplyStatusPatcherForConfig: %w", err)
+		return nil, err
 	}
-	return &ApplyStatusPatcher{rest: rc, gvr: gvr, gvk: gvr.GroupVersion().WithKind(kind), fieldManager: fieldManager}, nil
+	return &ApplyPatcher{rest: rc, gvr: gvr, gvk: gvr.GroupVersion().WithKind(kind), fieldManager: fieldManager}, nil
 }
 
 // Patch applies p. It returns the client's error unchanged (see package
@@ -143,7 +134,7 @@ func NewApplyStatusPatcherForConfig(cfg *rest.Config, gvr schema.GroupVersionRes
 // p is malformed; and, without sending anything, an error wrapping
 // context.DeadlineExceeded when ctx's deadline leaves no time
 // ([ServerTimeout]).
-func (a *ApplyStatusPatcher) Patch(ctx context.Context, p ApplyPatch) error {
+func (a *ApplyPatcher) Patch(ctx context.Context, p ApplyPatch) error {
 	body, err := p.Body(a.gvk)
 	if err != nil {
 		return err

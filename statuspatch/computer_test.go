@@ -5,10 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/quietpatch/quietpatch/internal/base"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 type tFuncs = ComputerFuncs[*tObj, []metav1.Condition, tPayload]
@@ -73,19 +72,19 @@ func TestComputerFuncsValidation(t *testing.T) {
 						}
 						continue
 					}
-					var ce *outcome.ConfigError
+					var ce *base.ConfigError
 					if !errors.As(err, &ce) || ce.Field != "Computer" || !strings.Contains(ce.Reason, "ComputerFuncs."+tc.field) ||
-						!errors.Is(err, outcome.ErrInvalidConfig) {
-						t.Errorf("%s: %v, want a *outcome.ConfigError for Computer naming ComputerFuncs.%s", part, err, tc.field)
+						!errors.Is(err, base.ErrInvalidConfig) {
+						t.Errorf("%s: %v, want a *base.ConfigError for Computer naming ComputerFuncs.%s", part, err, tc.field)
 					}
 				}
 			})
 		}
 	}
 	t.Run("nil pointer", func(t *testing.T) {
-		var ce *outcome.ConfigError
+		var ce *base.ConfigError
 		if _, err := NewReconciler(&fakeSource{}, (*tFuncs)(nil), q, newFakeObserver("me"), Options{}); !errors.As(err, &ce) || ce.Field != "Computer" {
-			t.Errorf("NewReconciler with a nil *ComputerFuncs: %v, want a *outcome.ConfigError for Computer", err)
+			t.Errorf("NewReconciler with a nil *ComputerFuncs: %v, want a *base.ConfigError for Computer", err)
 		}
 	})
 }

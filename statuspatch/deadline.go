@@ -8,18 +8,13 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// ServerTimeoutMargin bounds how much earlier than ctx's deadline
+// serverTimeoutMargin bounds how much earlier than ctx's deadline
 // [ServerTimeout] tells the API server to give a request up.
-const ServerTimeoutMargin = 100 * time.Millisecond
+const serverTimeoutMargin = 100 * time.Millisecond
 
-// ServerTimeout is [ServerTimeoutAt] of time.Now().
-func ServerTimeout(ctx context.Context) (d time.Duration, ok bool) {
-	return ServerTimeoutAt(ctx, time.Now())
-}
-
-// ServerTimeoutAt returns the timeout to send the API server, as the query
-// parameter timeout, for a request made at now under ctx: what is left of
-// ctx's deadline, less a tenth of it but at most [ServerTimeoutMargin],
+// ServerTimeout returns the timeout to send the API server, as the query
+// parameter timeout, for a request made now under ctx: what is left of
+// ctx's deadline, less a tenth of it but at most 100 ms,
 // floored to the millisecond. The margin lets the server's 504 reach the
 // client before the client's own deadline, so that the call is counted as
 // abandoned by the server (outcome.Abandoned) rather than timed out. The
@@ -30,13 +25,18 @@ func ServerTimeout(ctx context.Context) (d time.Duration, ok bool) {
 // ok is false when ctx is done or less than a millisecond would be left:
 // send nothing (the server reads a timeout of 0 as its own default, 60 s).
 // Without a deadline it returns 0, true: send no timeout.
-func ServerTimeoutAt(ctx context.Context, now time.Time) (d time.Duration, ok bool) {
+func ServerTimeout(ctx context.Context) (d time.Duration, ok bool) {
+	return serverTimeoutAt(ctx, time.Now())
+}
+
+// serverTimeoutAt is ServerTimeout at now.
+func serverTimeoutAt(ctx context.Context, now time.Time) (d time.Duration, ok bool) {
 	deadline, has := ctx.Deadline()
 	if !has {
 		return 0, ctx.Err() == nil
 	}
 	left := deadline.Sub(now)
-	left -= min(left/10, ServerTimeoutMargin)
+	left -= min(left/10, serverTimeoutMargin)
 	d = left.Truncate(time.Millisecond)
 	if d < time.Millisecond || ctx.Err() != nil {
 		return 0, false

@@ -26,7 +26,7 @@
 // reason unchanged) or builds the patch from the current object.
 //
 // Two kinds of status write. A [MergePatch] (sent by
-// [DynamicStatusPatcher]) carries the status fields the controller writes
+// [MergePatcher]) carries the status fields the controller writes
 // with a resourceVersion precondition: the write fails with 409 Conflict
 // if the object changed since it was read. It suits atomic lists, such as
 // Gateway API's status.parents, where controllers share one list: the
@@ -46,7 +46,7 @@
 // Both patchers tell the API server each call's deadline, the timeout
 // parameter from [ServerTimeout], so that the server gives a call up at
 // the end of the claim instead of committing it late; a custom [Patcher]
-// must do the same. [DynamicStatusPatcher.WithFence] also names the writer
+// must do the same. [MergePatcher.WithFence] also names the writer
 // in every write's field manager ([FencedFieldManager] of the call's
 // [WriteClaim]), for a ValidatingAdmissionPolicy whose param is the Lease
 // to deny the writes of a replica that no longer holds it. Not the apply
@@ -57,7 +57,7 @@
 // meter, and the few numbers that size it; every field has a default, and
 // the zero Options is valid. Every part is safe for concurrent use; each
 // Run runs once.
-// Errors for an invalid configuration are *outcome.ConfigError naming the
+// Errors for an invalid configuration are *base.ConfigError naming the
 // field. Figures (queue operation costs against client-go's workqueue, the
 // adaptive in-flight limit against fixed settings, a fresh change during a
 // storm) are in docs/performance.md.

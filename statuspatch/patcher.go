@@ -7,15 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
 
+	"github.com/quietpatch/quietpatch/internal/base"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
-
-	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 // ErrInvalidPatch is returned (wrapped) by a patcher for a patch it refuses
@@ -35,7 +33,7 @@ var ErrInvalidPatch = errors.New("statuspatch: invalid patch")
 //     instead of committing a write that outlived the claim (say, one whose
 //     body a paused process sent late). client-go's typed and dynamic
 //     clients and controller-runtime's cannot set the parameter: build the
-//     request on a rest.Interface, as [NewStatusPatcher] does;
+//     request on a rest.Interface, as [NewMergePatcher] does;
 //   - return when ctx is done;
 //   - return the API server's error as the client returns it (a
 //     *k8serrors.StatusError), so that outcome.Of (package
@@ -65,7 +63,7 @@ type Patcher[P any] interface {
 // whose event the informer can skip after a relist: report "" for it (or
 // implement only Patcher), and every event is served as before; report ""
 // too when the server does not version its writes (a fake client whose
-// answer keeps the precondition's version). [DynamicStatusPatcher] is a
+// answer keeps the precondition's version). [MergePatcher] is a
 // VersionPatcher.
 type VersionPatcher[P any] interface {
 	Patcher[P]
@@ -73,12 +71,6 @@ type VersionPatcher[P any] interface {
 	// resourceVersion after the write ("" if unknown).
 	PatchVersion(ctx context.Context, patch P) (resourceVersion string, err error)
 }
-
-// PatcherFunc adapts a function to a [Patcher].
-type PatcherFunc[P any] func(ctx context.Context, patch P) error
-
-// Patch calls f(ctx, patch).
-func (f PatcherFunc[P]) Patch(ctx context.Context, patch P) error { return f(ctx, patch) }
 
 // MergePatch is a JSON merge patch of an object's status subresource,
 // guarded by a resourceVersion precondition: the API server applies it only
@@ -154,7 +146,7 @@ func (p MergePatch) key() string {
 	return types.NamespacedName{Namespace: p.Namespace, Name: p.Name}.String()
 }
 
-// DynamicStatusPatcher applies [MergePatch]es to the status subresource of
+// MergePatcher applies [MergePatch]es to the status subresource of
 // one resource, any resource with a status subresource, built-in or
 // custom: one PATCH .../<resource>/<name>/status request with content type
 // application/merge-patch+json, the configured field manager, and the
@@ -163,61 +155,65 @@ func (p MergePatch) key() string {
 // request by itself (up to 10 times, sleeping Retry-After in the calling
 // goroutine) while the other calls go on; without retries, the dispatcher
 // sees the 429 and holds every call back for the window. Build it with
-// [NewStatusPatcherForConfig] or [NewStatusPatcher]; [DynamicStatusPatcher.WithFence]
+// [NewMergePatcher]; [MergePatcher.WithFence]
 // names the writer in each write instead. It is safe for concurrent use.
-type DynamicStatusPatcher struct {
+type MergePatcher struct {
 	rest         rest.Interface
 	gvr          schema.GroupVersionResource
 	fieldManager string
 	fence        *fenceCheck // nil: not fenced
 }
 
-// NewStatusPatcher returns a patcher for the status of resource gvr that
-// sends its requests through client, a REST client of the API server (its
-// base URL and content configuration are used; the paths are absolute):
-// rest.RESTClientFor, or a typed clientset's RESTClient(). fieldManager
-// names the writer in managedFields; make it descriptive, e.g.
-// "example.com/route-status-controller". The API server limits it to
-// [MaxFieldManager] characters.
-func NewStatusPatcher(client rest.Interface, gvr schema.GroupVersionResource, fieldManager string) (*DynamicStatusPatcher, error) {
-	if client == nil || reflect.ValueOf(client).Kind() == reflect.Pointer && reflect.ValueOf(client).IsNil() {
-		return nil, &outcome.ConfigError{Field: "client", Reason: "must not be nil"}
-	}
-	if err := checkPatcher(gvr, fieldManager); err != nil {
-		return nil, err
-	}
-	return &DynamicStatusPatcher{rest: client, gvr: gvr, fieldManager: fieldManager}, nil
-}
-
-// NewStatusPatcherForConfig returns a patcher for the status of resource
-// gvr that talks to the API server described by cfg with a client of its
-// own. It is the patcher to use with the adaptive in-flight limit.
+// NewMergePatcher returns a patcher for the status of resource gvr that
+// talks to the API server described by cfg with a client of its own.
+// fieldManager names the writer in managedFields; make it descriptive,
+// e.g. "example.com/route-status-controller". The API server limits it to
+// [maxFieldManager] characters.
 //
 // cfg is copied. Its rate limiter applies as configured: set QPS to -1 to
-// turn client-side limiting off for status patches (see [Dispatcher]).
-// fieldManager is as for [NewStatusPatcher].
-func NewStatusPatcherForConfig(cfg *rest.Config, gvr schema.GroupVersionResource, fieldManager string) (*DynamicStatusPatcher, error) {
+// turn client-side limiting off for status patches, as the dispatcher's
+// in-flight limit adapts to the server (package quietpatch, "The status
+// client"). Invalid arguments are rejected with a *quietpatch.ConfigError
+// naming them.
+func NewMergePatcher(cfg *rest.Config, gvr schema.GroupVersionResource, fieldManager string) (*MergePatcher, error) {
+	rc, err := restClientFor(cfg, gvr, fieldManager)
+	if err != nil {
+		return nil, err
+	}
+	return newMergePatcher(rc, gvr, fieldManager), nil
+}
+
+// newMergePatcher is NewMergePatcher on a REST client of the API server
+// (its base URL and content configuration are used; the paths are
+// absolute), for the tests.
+func newMergePatcher(client rest.Interface, gvr schema.GroupVersionResource, fieldManager string) *MergePatcher {
+	return &MergePatcher{rest: client, gvr: gvr, fieldManager: fieldManager}
+}
+
+// restClientFor checks a patcher's arguments and returns a REST client of
+// its own for cfg.
+func restClientFor(cfg *rest.Config, gvr schema.GroupVersionResource, fieldManager string) (rest.Interface, error) {
 	if cfg == nil {
-		return nil, &outcome.ConfigError{Field: "cfg", Reason: "must not be nil"}
+		return nil, &base.ConfigError{Field: "cfg", Reason: "must not be nil"}
 	}
 	if err := checkPatcher(gvr, fieldManager); err != nil {
 		return nil, err
 	}
 	rc, err := rest.UnversionedRESTClientFor(dynamic.ConfigFor(rest.CopyConfig(cfg)))
 	if err != nil {
-		return nil, fmt.Errorf("statuspatch: NewStatusPatcherForConfig: %w", err)
+		return nil, &base.ConfigError{Field: "cfg", Reason: "cannot build a client: " + err.Error()}
 	}
-	return &DynamicStatusPatcher{rest: rc, gvr: gvr, fieldManager: fieldManager}, nil
+	return rc, nil
 }
 
 func checkPatcher(gvr schema.GroupVersionResource, fieldManager string) error {
 	switch {
 	case gvr.Resource == "" || gvr.Version == "":
-		return &outcome.ConfigError{Field: "gvr", Reason: fmt.Sprintf("needs a version and a resource, got %q", gvr.String())}
+		return &base.ConfigError{Field: "gvr", Reason: fmt.Sprintf("needs a version and a resource, got %q", gvr.String())}
 	case fieldManager == "":
-		return &outcome.ConfigError{Field: "fieldManager", Reason: "must not be empty"}
-	case len(fieldManager) > MaxFieldManager:
-		return &outcome.ConfigError{Field: "fieldManager", Reason: fmt.Sprintf("must be at most %d characters, got %d", MaxFieldManager, len(fieldManager))}
+		return &base.ConfigError{Field: "fieldManager", Reason: "must not be empty"}
+	case len(fieldManager) > maxFieldManager:
+		return &base.ConfigError{Field: "fieldManager", Reason: fmt.Sprintf("must be at most %d characters, got %d", maxFieldManager, len(fieldManager))}
 	}
 	return nil
 }
@@ -238,7 +234,7 @@ func checkPatcher(gvr schema.GroupVersionResource, fieldManager string) error {
 // the API server does not deny it as fenced, logger receives one warning
 // naming the Lease and what to install (nil logger: slog.Default()). The
 // writes go on either way: the fence is the server's.
-func (d *DynamicStatusPatcher) WithFence(logger *slog.Logger) *DynamicStatusPatcher {
+func (d *MergePatcher) WithFence(logger *slog.Logger) *MergePatcher {
 	if logger == nil {
 		logger = slog.Default()
 	}
@@ -247,21 +243,17 @@ func (d *DynamicStatusPatcher) WithFence(logger *slog.Logger) *DynamicStatusPatc
 	return &c
 }
 
-// FieldManagerFor returns the field manager of a write by w: the fenced
-// one ([FencedFieldManager]) if d is fenced, else d's own.
-func (d *DynamicStatusPatcher) FieldManagerFor(w WriteClaim) (string, error) {
-	if d.fence == nil {
-		return d.fieldManager, nil
-	}
-	return FencedFieldManager(w)
-}
+// Fenced reports whether d names the writer in each write's field manager
+// ([MergePatcher.WithFence]): quietpatch.New then rejects a Lease and
+// identity that make [FencedFieldManager] too long.
+func (d *MergePatcher) Fenced() bool { return d.fence != nil }
 
 // Patch sends p. It returns the client's error unchanged (see package
 // statuspatch/outcome); an [ErrInvalidPatch] without sending anything when
 // p is malformed, or when d is fenced and ctx carries no usable
 // [WriteClaim]; an error wrapping context.DeadlineExceeded, without
 // sending anything, when ctx leaves no time ([ServerTimeout]).
-func (d *DynamicStatusPatcher) Patch(ctx context.Context, p MergePatch) error {
+func (d *MergePatcher) Patch(ctx context.Context, p MergePatch) error {
 	_, err := d.PatchVersion(ctx, p)
 	return err
 }
@@ -272,7 +264,7 @@ func (d *DynamicStatusPatcher) Patch(ctx context.Context, p MergePatch) error {
 // that is p's own ResourceVersion: a server that does not version writes,
 // as client-go's fake object trackers, could give someone else's write
 // the same version.
-func (d *DynamicStatusPatcher) PatchVersion(ctx context.Context, p MergePatch) (string, error) {
+func (d *MergePatcher) PatchVersion(ctx context.Context, p MergePatch) (string, error) {
 	body, err := p.Body()
 	if err != nil {
 		return "", err
@@ -313,7 +305,7 @@ func resourceVersionOf(raw []byte) string {
 
 // send makes one PATCH of the status of namespace/name and returns the
 // answer's body.
-func (d *DynamicStatusPatcher) send(ctx context.Context, namespace, name string, body []byte, fieldManager string, dryRun bool) ([]byte, error) {
+func (d *MergePatcher) send(ctx context.Context, namespace, name string, body []byte, fieldManager string, dryRun bool) ([]byte, error) {
 	path := []string{"/apis", d.gvr.Group, d.gvr.Version}
 	if d.gvr.Group == "" {
 		path = []string{"/api", d.gvr.Version}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quietpatch/quietpatch/internal/base"
 	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
@@ -78,7 +79,7 @@ func TestFencedFieldManager(t *testing.T) {
 		t.Errorf("FencedFieldManager = %q, %v", fm, err)
 	}
 	long := w
-	long.Identity = strings.Repeat("i", MaxFieldManager)
+	long.Identity = strings.Repeat("i", maxFieldManager)
 	noLease, noNamespace := w, w
 	noLease.LeaseName, noNamespace.LeaseNamespace = "", ""
 	for _, c := range []struct {
@@ -91,15 +92,15 @@ func TestFencedFieldManager(t *testing.T) {
 		{"no namespace", noNamespace, "Observer"},
 	} {
 		_, err := FencedFieldManager(c.w)
-		var ce *outcome.ConfigError
+		var ce *base.ConfigError
 		if !errors.As(err, &ce) || ce.Field != c.field {
 			t.Errorf("%s: err = %v, want a ConfigError naming %s", c.name, err, c.field)
 		}
 	}
-	// At exactly MaxFieldManager characters it fits.
+	// At exactly maxFieldManager characters it fits.
 	fit := w
-	fit.Identity = strings.Repeat("i", MaxFieldManager-len("ns/status-shard-3-of-8@"))
-	if fm, err := FencedFieldManager(fit); err != nil || len(fm) != MaxFieldManager {
+	fit.Identity = strings.Repeat("i", maxFieldManager-len("ns/status-shard-3-of-8@"))
+	if fm, err := FencedFieldManager(fit); err != nil || len(fm) != maxFieldManager {
 		t.Errorf("%d characters: %v", len(fm), err)
 	}
 }
@@ -111,11 +112,11 @@ func TestCheckFieldManager(t *testing.T) {
 		t.Fatal(err)
 	}
 	fenced := p.WithFence(nil)
-	long := WriteClaim{Identity: strings.Repeat("i", MaxFieldManager), LeaseNamespace: "ns", LeaseName: "l"}
+	long := WriteClaim{Identity: strings.Repeat("i", maxFieldManager), LeaseNamespace: "ns", LeaseName: "l"}
 	if err := CheckFieldManager(p, long); err != nil {
 		t.Errorf("unfenced: %v", err)
 	}
-	if err := CheckFieldManager(fenced, long); !errors.Is(err, outcome.ErrInvalidConfig) {
+	if err := CheckFieldManager(fenced, long); !errors.Is(err, base.ErrInvalidConfig) {
 		t.Errorf("fenced, too long: %v, want a ConfigError", err)
 	}
 	if err := CheckFieldManager(PatcherFunc[MergePatch](func(context.Context, MergePatch) error { return nil }), long); err != nil {
@@ -124,7 +125,7 @@ func TestCheckFieldManager(t *testing.T) {
 }
 
 // fencedCall makes a fenced write of r1 under lease by identity "pod-a".
-func fencedCall(t *testing.T, p *DynamicStatusPatcher, lease string) error {
+func fencedCall(t *testing.T, p *MergePatcher, lease string) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -133,7 +134,7 @@ func fencedCall(t *testing.T, p *DynamicStatusPatcher, lease string) error {
 }
 
 func TestFencedStatusPatcher(t *testing.T) {
-	newFenced := func(t *testing.T, api *fakeAPIServer) (*DynamicStatusPatcher, *bytes.Buffer) {
+	newFenced := func(t *testing.T, api *fakeAPIServer) (*MergePatcher, *bytes.Buffer) {
 		t.Helper()
 		p, err := NewStatusPatcher(api.client, routesGVR(), "example.com/status")
 		if err != nil {

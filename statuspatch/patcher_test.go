@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
+	"github.com/quietpatch/quietpatch/internal/base"
 	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
@@ -291,7 +292,7 @@ func TestNewStatusPatcherValidation(t *testing.T) {
 	}
 	for _, c := range cases {
 		_, err := NewStatusPatcher(c.client, c.gvr, c.fm)
-		var ce *outcome.ConfigError
+		var ce *base.ConfigError
 		switch {
 		case c.want == "" && err != nil:
 			t.Errorf("%s: %v", c.name, err)
@@ -360,7 +361,7 @@ func TestStatusPatcherForConfig(t *testing.T) {
 		})
 	}
 	t.Run("bad input", func(t *testing.T) {
-		if _, err := NewStatusPatcherForConfig(nil, routesGVR(), "x"); !errors.Is(err, outcome.ErrInvalidConfig) {
+		if _, err := NewStatusPatcherForConfig(nil, routesGVR(), "x"); !errors.Is(err, base.ErrInvalidConfig) {
 			t.Errorf("nil config: %v, want a ConfigError", err)
 		}
 		if _, err := NewStatusPatcherForConfig(&rest.Config{}, routesGVR(), ""); err == nil {

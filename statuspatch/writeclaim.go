@@ -6,36 +6,29 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/quietpatch/quietpatch/internal/base"
 	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
-// MaxFieldManager is the length the API server allows a field manager.
-const MaxFieldManager = 128
+// maxFieldManager is the length the API server allows a field manager.
+const maxFieldManager = 128
 
 // WriteClaim is who makes a write: the replica's identity, the Lease it
-// holds and the epoch of its claim. The [Dispatcher] attaches it to the
-// context of every Patcher call; a Patcher reads it with [WriteClaimFrom].
+// holds and the epoch of its claim. The pipeline's dispatcher attaches it
+// to the context of every Patcher call; a Patcher reads it with
+// [WriteClaimFrom].
 type WriteClaim struct {
 	// Identity is the holder identity of the claim (leader.Config.Identity).
 	Identity string
-	// LeaseNamespace and LeaseName name the Lease; empty when the
-	// leader.Observer does not tell (it has no Config() leader.Config
-	// method, as *leader.Claimer has).
+	// LeaseNamespace and LeaseName name the Lease.
 	LeaseNamespace, LeaseName string
 	// Epoch is the claim's epoch.
 	Epoch int64
 }
 
-type writeClaimKey struct{}
-
-// WithWriteClaim returns a copy of ctx that carries w.
-func WithWriteClaim(ctx context.Context, w WriteClaim) context.Context {
-	return context.WithValue(ctx, writeClaimKey{}, w)
-}
-
 // WriteClaimFrom returns the WriteClaim ctx carries, if any.
 func WriteClaimFrom(ctx context.Context) (WriteClaim, bool) {
-	w, ok := ctx.Value(writeClaimKey{}).(WriteClaim)
+	w, ok := ctx.Value(base.WriteClaimKey{}).(WriteClaim)
 	return w, ok
 }
 
@@ -46,36 +39,20 @@ func WriteClaimFrom(ctx context.Context) (WriteClaim, bool) {
 // not the rest (the HTTPRoute example's deploy/fence). It names the Lease
 // whole: a Lease of the same name in another namespace has a binding of
 // its own, which must not judge this write. It replaces the patcher's own
-// field manager, for which the API server's [MaxFieldManager] characters
+// field manager, for which the API server's [maxFieldManager] characters
 // leave no room with the longest shard Lease names and identities made of
 // pod names. It fails, naming what to shorten, when the result is longer
 // than that, and when w names no Lease or identity.
 func FencedFieldManager(w WriteClaim) (string, error) {
 	if w.LeaseNamespace == "" || w.LeaseName == "" || w.Identity == "" {
-		return "", &outcome.ConfigError{Field: "Observer", Reason: "must tell the Lease and the identity of the writer to fence its writes (leader.Claimer does)"}
+		return "", &base.ConfigError{Field: "Observer", Reason: "must tell the Lease and the identity of the writer to fence its writes (leader.Claimer does)"}
 	}
 	fm := w.LeaseNamespace + "/" + w.LeaseName + "@" + w.Identity
-	if len(fm) > MaxFieldManager {
-		return "", &outcome.ConfigError{Field: "Lease", Reason: fmt.Sprintf("namespace %q, name %q and identity %q make a fenced field manager of %d characters, more than the API server's %d: shorten Lease.Namespace, Lease.Name or Lease.Identity",
-			w.LeaseNamespace, w.LeaseName, w.Identity, len(fm), MaxFieldManager)}
+	if len(fm) > maxFieldManager {
+		return "", &base.ConfigError{Field: "Lease", Reason: fmt.Sprintf("namespace %q, name %q and identity %q make a fenced field manager of %d characters, more than the API server's %d: shorten Lease.Namespace, Lease.Name or Lease.Identity",
+			w.LeaseNamespace, w.LeaseName, w.Identity, len(fm), maxFieldManager)}
 	}
 	return fm, nil
-}
-
-// CheckFieldManager returns the error patcher's FieldManagerFor(w) method
-// returns, if it has one (as [DynamicStatusPatcher] has): a fenced patcher
-// that cannot name the writer w in [MaxFieldManager] characters.
-// [NewDispatcher] checks its own writer, and quietpatch.NewSharded the one
-// with the longest shard Lease name, so that no write fails for it later.
-func CheckFieldManager(patcher any, w WriteClaim) error {
-	f, ok := patcher.(interface {
-		FieldManagerFor(WriteClaim) (string, error)
-	})
-	if !ok {
-		return nil
-	}
-	_, err := f.FieldManagerFor(w)
-	return err
 }
 
 // unfencedWarning is the self-check's warning: the fence does not guard
@@ -96,7 +73,7 @@ type fenceCheck struct {
 // fence denied shows it works; after a write that succeeded, check makes
 // the dry-run write unless it was made, or is being made. One that gets
 // no answer is made again after a later write.
-func (f *fenceCheck) check(ctx context.Context, d *DynamicStatusPatcher, p MergePatch, w WriteClaim, werr error) {
+func (f *fenceCheck) check(ctx context.Context, d *MergePatcher, p MergePatch, w WriteClaim, werr error) {
 	lease := w.LeaseNamespace + "/" + w.LeaseName
 	f.mu.Lock()
 	_, seen := f.leases[lease]

@@ -31,7 +31,7 @@ import (
 	"github.com/quietpatch/quietpatch/e2e/examplee2e"
 	"github.com/quietpatch/quietpatch/examples/httproute-status/fixtures"
 	"github.com/quietpatch/quietpatch/examples/httproute-status/routestatus"
-	"github.com/quietpatch/quietpatch/statuspatch/shard"
+	"github.com/quietpatch/quietpatch/internal/shard"
 )
 
 // The sharded benchmark's control plane serves the sharded list and watch

@@ -498,7 +498,7 @@ func (s *storm) runController(ctx context.Context, tb testing.TB, run controller
 	} else {
 		cfg.Observer = newStaticLeader("storm")
 	}
-	ctrl, err := quietpatch.New[*gatewayv1.HTTPRoute](source.Informer[*gatewayv1.HTTPRoute](routes), w.computerFuncs(nil), rec.wrap(patcher), cfg)
+	ctrl, err := quietpatch.New[*gatewayv1.HTTPRoute](source.FromInformer[*gatewayv1.HTTPRoute](routes), w.computerFuncs(nil), rec.wrap(patcher), cfg)
 	if err != nil {
 		return stormResult{}, err
 	}

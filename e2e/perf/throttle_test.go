@@ -87,7 +87,7 @@ func TestRetryAfterHonoured(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	ctrl, err := quietpatch.New[*gatewayv1.HTTPRoute](source.Informer[*gatewayv1.HTTPRoute](w.routeInformer), w.computerFuncs(nil), patcher,
+	ctrl, err := quietpatch.New[*gatewayv1.HTTPRoute](source.FromInformer[*gatewayv1.HTTPRoute](w.routeInformer), w.computerFuncs(nil), patcher,
 		quietpatch.Config{Options: statuspatch.Options{Name: "throttle", Interval: 2 * time.Second}, Observer: newStaticLeader("throttle")})
 	if err != nil {
 		t.Fatal(err)

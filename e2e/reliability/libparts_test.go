@@ -281,7 +281,7 @@ func startKneePipeline(t *testing.T, ctx context.Context, cp *cluster.ControlPla
 			}}})
 		},
 	}
-	if p.ctrl, err = quietpatch.New(source.Informer[*gatewayv1.HTTPRoute](p.inf), p.comp, patcher, quietpatch.Config{
+	if p.ctrl, err = quietpatch.New(source.FromInformer[*gatewayv1.HTTPRoute](p.inf), p.comp, patcher, quietpatch.Config{
 		Options:  statuspatch.Options{Name: "knee", Interval: time.Minute, Workers: 4, PatchTimeout: 5 * time.Second},
 		Observer: claimer,
 	}); err != nil {

@@ -15,7 +15,7 @@ import (
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 
 	"github.com/quietpatch/quietpatch/e2e/cluster"
-	"github.com/quietpatch/quietpatch/statuspatch/shard"
+	"github.com/quietpatch/quietpatch/internal/shard"
 )
 
 // The promise checked here: every status write of the controller that

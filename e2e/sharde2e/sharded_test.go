@@ -16,7 +16,7 @@ import (
 	"github.com/quietpatch/quietpatch/e2e/cluster"
 	"github.com/quietpatch/quietpatch/e2e/examplee2e"
 	"github.com/quietpatch/quietpatch/examples/httproute-status/fixtures"
-	"github.com/quietpatch/quietpatch/statuspatch/shard"
+	"github.com/quietpatch/quietpatch/internal/shard"
 )
 
 // Timings: short leases, so that a move takes seconds; the bounds below

@@ -75,7 +75,7 @@ func NewSource[O client.Object](ctx context.Context, informers cache.Informers, 
 		return nil, fmt.Errorf("controllerruntime: getting the cache's informer for %T: %w", obj, err)
 	}
 	if sii, ok := inf.(toolscache.SharedIndexInformer); ok {
-		return &Source[O]{objs: source.Indexer[O](sii.GetIndexer(), sii.HasSynced), add: sii.AddEventHandler}, nil
+		return &Source[O]{objs: source.FromIndexer[O](sii.GetIndexer(), sii.HasSynced), add: sii.AddEventHandler}, nil
 	}
 	m := &mirror{index: toolscache.NewIndexer(toolscache.DeletionHandlingMetaNamespaceKeyFunc, toolscache.Indexers{})}
 	reg, err := inf.AddEventHandler(m)
@@ -83,7 +83,7 @@ func NewSource[O client.Object](ctx context.Context, informers cache.Informers, 
 		return nil, fmt.Errorf("controllerruntime: registering the Source's handler on the cache's informer for %T: %w", obj, err)
 	}
 	m.reg = reg
-	return &Source[O]{objs: source.Indexer[O](m.index, reg.HasSynced), add: m.addHandler}, nil
+	return &Source[O]{objs: source.FromIndexer[O](m.index, reg.HasSynced), add: m.addHandler}, nil
 }
 
 // List returns every object in the cache, in a fresh slice.

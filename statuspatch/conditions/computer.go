@@ -16,8 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/clock"
 
+	"github.com/quietpatch/quietpatch/internal/base"
 	"github.com/quietpatch/quietpatch/statuspatch"
-	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 // ErrInvalidType is wrapped by the error [New] returns when O does not have
@@ -119,16 +119,16 @@ type Computer[O metav1.Object] struct {
 var _ statuspatch.StatusComputer[*unstructured.Unstructured, Status, statuspatch.MergePatch] = (*Computer[*unstructured.Unstructured])(nil)
 
 // New returns a Computer for objects of type O, or an error: a
-// [*outcome.ConfigError] when Conditions is nil or OwnedTypes holds an
+// [*base.ConfigError] when Conditions is nil or OwnedTypes holds an
 // invalid condition type, an error wrapping [ErrInvalidType] when O has not
 // the status shape described on [Computer].
 func New[O metav1.Object](cfg Config[O]) (*Computer[O], error) {
 	if cfg.Conditions == nil {
-		return nil, &outcome.ConfigError{Field: "Conditions", Reason: "must be set"}
+		return nil, &base.ConfigError{Field: "Conditions", Reason: "must be set"}
 	}
 	for i, t := range cfg.OwnedTypes {
 		if errs := metav1validation.ValidateLabelName(t, field.NewPath("OwnedTypes").Index(i)); t == "" || len(errs) > 0 {
-			return nil, &outcome.ConfigError{Field: "OwnedTypes",
+			return nil, &base.ConfigError{Field: "OwnedTypes",
 				Reason: fmt.Sprintf("must hold valid condition types, got %q at index %d", t, i)}
 		}
 	}

@@ -12,9 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/quietpatch/quietpatch/internal/base"
 	"github.com/quietpatch/quietpatch/statuspatch"
 	"github.com/quietpatch/quietpatch/statuspatch/conditions"
-	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 // gadget has the kubebuilder status shape, plus a field of its own.
@@ -276,7 +276,7 @@ func TestNewRejectsTypesWithoutTheStatusShape(t *testing.T) {
 	if _, err := conditions.New(conditions.Config[*badConds]{Conditions: func(*badConds) ([]metav1.Condition, error) { return nil, nil }}); !errors.Is(err, conditions.ErrInvalidType) || !strings.Contains(err.Error(), "Conditions") {
 		t.Errorf("Conditions of another type: %v", err)
 	}
-	var ce *outcome.ConfigError
+	var ce *base.ConfigError
 	if _, err := conditions.New(conditions.Config[*gadget]{}); !errors.As(err, &ce) || ce.Field != "Conditions" {
 		t.Errorf("no Conditions func: %v", err)
 	}

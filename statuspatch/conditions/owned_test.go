@@ -13,9 +13,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/quietpatch/quietpatch/internal/base"
 	"github.com/quietpatch/quietpatch/statuspatch"
 	"github.com/quietpatch/quietpatch/statuspatch/conditions"
-	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 // Tests of what a Computer owns: the condition types it writes, while the
@@ -339,7 +339,7 @@ func TestComputerOwnedTypesRejectsOtherTypes(t *testing.T) {
 		}
 	}
 	for _, bad := range [][]string{{""}, {"Ready", "not a type!"}} {
-		var ce *outcome.ConfigError
+		var ce *base.ConfigError
 		_, err := conditions.New(conditions.Config[*gadget]{
 			Conditions: func(*gadget) ([]metav1.Condition, error) { return nil, nil },
 			OwnedTypes: bad,

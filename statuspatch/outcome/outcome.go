@@ -52,11 +52,6 @@ const (
 	Error Outcome = "error"
 )
 
-// All returns every Outcome, in a fixed order.
-func All() []Outcome {
-	return []Outcome{OK, Conflict, NotFound, Forbidden, Fenced, Unauthorized, Invalid, Throttled, Abandoned, Timeout, Canceled, Error}
-}
-
 // FenceMessage marks a denial by the fence: the message of the
 // ValidatingAdmissionPolicy that checks the writer named in a status
 // write's field manager against its Lease's holder (the HTTPRoute
@@ -96,18 +91,6 @@ func Of(err error) Outcome {
 		return Canceled
 	}
 	return Error
-}
-
-// Permanent reports whether err, the error of one request, cannot go away
-// by sending the same request again: the credentials or permissions are
-// wrong ([Unauthorized], [Forbidden]), or the server rejects the request
-// itself ([Invalid]).
-func Permanent(err error) bool {
-	switch Of(err) {
-	case Forbidden, Unauthorized, Invalid:
-		return true
-	}
-	return false
 }
 
 // Answered reports whether err, the error of one write request, is an answer

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/quietpatch/quietpatch/internal/base"
 	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
@@ -59,14 +60,14 @@ func TestOfAndAnswered(t *testing.T) {
 		if got := outcome.Of(c.err); got != c.want {
 			t.Errorf("%s: Of(%v) = %s, want %s", c.label, c.err, got, c.want)
 		}
-		if got, want := outcome.Permanent(c.err), c.want == outcome.Forbidden || c.want == outcome.Unauthorized || c.want == outcome.Invalid; got != want {
+		if got, want := base.Permanent(c.err), c.want == outcome.Forbidden || c.want == outcome.Unauthorized || c.want == outcome.Invalid; got != want {
 			t.Errorf("%s: Permanent(%v) = %v, want %v", c.label, c.err, got, want)
 		}
 		if got := outcome.Answered(c.err); got != c.answered {
 			t.Errorf("%s: Answered(%v) = %v, want %v", c.label, c.err, got, c.answered)
 		}
 	}
-	if n := len(outcome.All()); n != 12 {
+	if n := len(base.Outcomes()); n != 12 {
 		t.Errorf("All() has %d outcomes, want 12", n)
 	}
 }

@@ -18,7 +18,7 @@ import (
 func Example() {
 	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	_ = idx.Add(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "a"}})
-	src := source.Indexer[*corev1.ConfigMap](idx, nil)
+	src := source.FromIndexer[*corev1.ConfigMap](idx, nil)
 	objs, _ := src.List()
 	fmt.Println(len(objs), objs[0].Name)
 

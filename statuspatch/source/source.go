@@ -3,8 +3,6 @@ package source
 import (
 	"fmt"
 	"reflect"
-	"slices"
-	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -31,16 +29,16 @@ type Cache[O any] struct {
 
 var _ statuspatch.Source[*unstructured.Unstructured] = (*Cache[*unstructured.Unstructured])(nil)
 
-// Informer returns a Source over inf's cache. O is the type the informer
+// FromInformer returns a Source over inf's cache. O is the type the informer
 // stores: a pointer to a typed object, or *unstructured.Unstructured for a
 // dynamic informer.
-func Informer[O any](inf cache.SharedIndexInformer) *Cache[O] {
+func FromInformer[O any](inf cache.SharedIndexInformer) *Cache[O] {
 	return &Cache[O]{indexer: inf.GetIndexer(), synced: inf.HasSynced, informer: inf}
 }
 
-// Indexer returns a Source over idx; synced reports whether the cache
+// FromIndexer returns a Source over idx; synced reports whether the cache
 // behind it has synced (nil means it always has).
-func Indexer[O any](idx cache.Indexer, synced func() bool) *Cache[O] {
+func FromIndexer[O any](idx cache.Indexer, synced func() bool) *Cache[O] {
 	if synced == nil {
 		synced = func() bool { return true }
 	}
@@ -163,42 +161,6 @@ func EnqueueHandler(enqueue func(types.NamespacedName)) cache.ResourceEventHandl
 		},
 		UpdateFunc: func(_, obj any) { on(obj) },
 		DeleteFunc: on,
-	}
-}
-
-// DependencyHandler is the event handler of another resource the statuses
-// depend on: each event (the object before and after an update) enqueues,
-// once each, the keys keys maps the objects to — a deleted object's last
-// known state included. A nil keys means every object: each event calls
-// resync instead. Adds of the informer's initial list do neither, as for
-// [EnqueueHandler]: the pass made on gaining the lead, after every cache
-// synced, covers them.
-func DependencyHandler(keys func(any) []types.NamespacedName, enqueue func(...types.NamespacedName), resync func()) cache.ResourceEventHandler {
-	on := func(objs ...any) {
-		if keys == nil {
-			resync()
-			return
-		}
-		var ks []types.NamespacedName
-		for _, o := range objs {
-			if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
-				o = d.Obj
-			}
-			if o != nil {
-				ks = append(ks, keys(o)...)
-			}
-		}
-		slices.SortFunc(ks, func(a, b types.NamespacedName) int { return strings.Compare(a.String(), b.String()) })
-		enqueue(slices.Compact(ks)...)
-	}
-	return cache.ResourceEventHandlerDetailedFuncs{
-		AddFunc: func(o any, isInInitialList bool) {
-			if !isInInitialList {
-				on(o)
-			}
-		},
-		UpdateFunc: func(old, o any) { on(old, o) },
-		DeleteFunc: func(o any) { on(o) },
 	}
 }
 

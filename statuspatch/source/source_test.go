@@ -29,7 +29,7 @@ func TestIndexer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s := source.Indexer[*corev1.ConfigMap](idx, nil)
+	s := source.FromIndexer[*corev1.ConfigMap](idx, nil)
 	objs, err := s.List()
 	if err != nil || len(objs) != 2 {
 		t.Fatalf("List = %v, %v", objs, err)

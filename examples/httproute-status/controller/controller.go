@@ -163,7 +163,7 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 		deps[0].Keys, deps[1].Keys, deps[2].Keys = on.by(indexService, objectName), on.by(indexGateway, objectName), on.gatewayClass
 		deps[3].Keys, deps[4].Keys = on.by(indexGrantNamespace, metav1.Object.GetNamespace), on.by(cache.NamespaceIndex, metav1.Object.GetName)
 		cfg.Dependencies = deps
-		if c.pipeline, err = quietpatch.New(source.Informer[routeObject](routes.Informer()), comp, patcher, cfg); err != nil {
+		if c.pipeline, err = quietpatch.New(source.FromInformer[routeObject](routes.Informer()), comp, patcher, cfg); err != nil {
 			return nil, fmt.Errorf("controller: %w", err)
 		}
 	}

@@ -1,0 +1,67 @@
+package queue
+
+// A Permit is a slot of one lane reserved by [Queue.Reserve]: send a
+// key into it or release it, once. Later uses do nothing (Send returns
+// ErrClosed).
+type Permit[K comparable] struct {
+	q    *Queue[K]
+	lane Lane
+	used *bool
+}
+
+// Reserve takes a slot of lane l, or fails at once with ErrFull or
+// ErrClosed.
+func (q *Queue[K]) Reserve(l Lane) (Permit[K], error) {
+	l = min(l, LanePass)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if err := q.admitLocked(l); err != nil {
+		return Permit[K]{}, err
+	}
+	q.lanes[l].count++
+	q.lanes[l].reserved++
+	return Permit[K]{q: q, lane: l, used: new(bool)}, nil
+}
+
+// Send adds key to the permit's lane in the reserved slot; a key that
+// waits already gives the slot back.
+func (p Permit[K]) Send(key K) error {
+	if p.q == nil {
+		return ErrClosed
+	}
+	q := p.q
+	q.mu.Lock()
+	if *p.used {
+		q.mu.Unlock()
+		return ErrClosed
+	}
+	q.unreserveLocked(p)
+	if q.closed {
+		q.stats.DroppedClosed++
+		q.mu.Unlock()
+		return ErrClosed
+	}
+	q.insertLocked(key, p.lane)
+	q.wakeRoomsLocked() // a key that waits already gave the slot back
+	q.mu.Unlock()
+	return nil
+}
+
+// Release gives the slot back.
+func (p Permit[K]) Release() {
+	if p.q == nil {
+		return
+	}
+	p.q.mu.Lock()
+	defer p.q.mu.Unlock()
+	if !*p.used {
+		p.q.unreserveLocked(p)
+		p.q.wakeRoomsLocked()
+	}
+}
+
+func (q *Queue[K]) unreserveLocked(p Permit[K]) {
+	*p.used = true
+	q.lanes[p.lane].count--
+	q.lanes[p.lane].reserved--
+}
