@@ -208,7 +208,7 @@ func (c *Controller[O, S, P]) Run(ctx context.Context) error {
 	if err := waitSynced(ctx, c.log, c.cfg.SyncTimeout, c.synced, "is the resource served, and may we list and watch it?"); err != nil {
 		return err
 	}
-	unregister, err := pipeline.Register(c.metrics, c.queue, c.reconciler, c.dispatcher)
+	unregister, err := c.metrics.Register(c.queue, c.reconciler.Stats, c.dispatcher.Stats)
 	if err != nil {
 		return err
 	}

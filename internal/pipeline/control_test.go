@@ -9,7 +9,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
-	"github.com/quietpatch/quietpatch/ewma"
+	"github.com/quietpatch/quietpatch/internal/peak"
 	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
@@ -34,10 +34,7 @@ func newCrig(t *testing.T, adaptive bool, max int) *crig {
 // Peak-EWMA) to est, and its copy that sets the round's length.
 func (r *crig) call(latency, est time.Duration, err error, inFlight int) {
 	if est > 0 {
-		p, perr := ewma.NewPeak(latencyTau)
-		if perr != nil {
-			r.t.Fatal(perr)
-		}
+		p := peak.New(latencyTau)
 		r.c.est, r.c.estimate = p.UpdateAt(r.now, est.Seconds()), est.Seconds()
 	}
 	r.c = r.c.next(sample{at: r.now, latency: latency, outcome: outcome.Of(err), saturated: inFlight >= r.c.size()})

@@ -59,18 +59,23 @@ func newDrig(t *testing.T, mutate ...func(*Options)) *drig {
 		PatchTimeout: 10 * time.Second,
 		Clock:        r.clock,
 		Logger:       slog.New(r.logs),
-		Meter:        r.meter.provider.Meter("test"),
 	}
 	for _, m := range mutate {
 		m(&opts)
 	}
 	var err error
-	if r.queue, err = NewPatchQueue[types.NamespacedName](opts); err != nil {
+	if r.queue, err = newQueue(opts); err != nil {
 		t.Fatal(err)
 	}
-	if r.d, err = NewDispatcher(r.queue, r.src, r.comp, r.pat, r.obs, opts); err != nil {
+	metrics := NewMetrics(r.meter.provider.Meter("test"), opts)
+	if r.d, err = NewDispatcher(r.queue, r.src, r.comp, r.pat, r.obs, opts, metrics); err != nil {
 		t.Fatal(err)
 	}
+	unregister, err := metrics.Register(r.queue, nil, r.d.Stats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(unregister)
 	return r
 }
 
@@ -139,16 +144,21 @@ func (r *drig) dropped(t *testing.T, reason string) int64 {
 	return v
 }
 
-// acquireWaiters is the number of goroutines waiting for a permit.
+// acquireWaiters is the number of goroutines waiting for a slot (only
+// Run takes slots; only Run and Quiesce wait).
 func (r *drig) acquireWaiters() int {
-	return r.d.gate.waiting()
+	f := r.d.flight
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.waiting
 }
 
 // quiesced reports whether epoch is quiesced in the fence.
 func (r *drig) quiesced(epoch int64) bool {
-	r.d.fence.mu.Lock()
-	defer r.d.fence.mu.Unlock()
-	return r.d.fence.cur != nil && r.d.fence.cur.epoch == epoch && r.d.fence.cur.quiesced
+	f := r.d.flight
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.epoch != nil && f.epoch.epoch == epoch && f.epoch.quiesced
 }
 
 // idle reports whether every key was served and done.
@@ -1082,11 +1092,11 @@ func (silentObserver) Subscribe() (<-chan leader.Claim, func()) { return nil, fu
 // cancelled subscription.
 func TestDispatchRunReturnsWithAnObserverThatNeverClosesItsChannel(t *testing.T) {
 	obs := silentObserver{newFakeObserver("me")}
-	q, err := NewPatchQueue[types.NamespacedName](Options{})
+	q, err := newQueue(Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := NewDispatcher(q, &fakeSource{}, &tComputer{}, &recordingPatcher{}, obs, Options{})
+	d, err := NewDispatcher(q, &fakeSource{}, &tComputer{}, &recordingPatcher{}, obs, Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1120,11 +1130,11 @@ func (w *writerObserver) AddWriter(wr leader.Writer) func() {
 // gives the Lease up.
 func TestNewDispatcherRegistersAsWriter(t *testing.T) {
 	obs := &writerObserver{fakeObserver: newFakeObserver("me")}
-	q, err := NewPatchQueue[types.NamespacedName](Options{})
+	q, err := newQueue(Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := NewDispatcher(q, &fakeSource{}, &tComputer{}, &recordingPatcher{}, obs, Options{})
+	d, err := NewDispatcher(q, &fakeSource{}, &tComputer{}, &recordingPatcher{}, obs, Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1134,7 +1144,7 @@ func TestNewDispatcherRegistersAsWriter(t *testing.T) {
 }
 
 func TestNewDispatcherValidation(t *testing.T) {
-	q, err := NewPatchQueue[types.NamespacedName](Options{Capacity: 1})
+	q, err := newQueue(Options{Capacity: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1143,7 +1153,7 @@ func TestNewDispatcherValidation(t *testing.T) {
 		src  statuspatch.Source[*tObj]
 		comp statuspatch.StatusComputer[*tObj, []metav1.Condition, tPayload]
 		pat  statuspatch.Patcher[tPayload]
-		l    leader.Observer
+		l    Leader
 		opts Options
 	}
 	valid := func() args {
@@ -1172,14 +1182,14 @@ func TestNewDispatcherValidation(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			a := valid()
 			c.mutate(&a)
-			d, err := NewDispatcher(a.q, a.src, a.comp, a.pat, a.l, a.opts)
+			d, err := NewDispatcher(a.q, a.src, a.comp, a.pat, a.l, a.opts, nil)
 			if c.wantField == "" {
 				if err != nil {
 					t.Fatalf("err = %v, want nil", err)
 				}
-				if d.opts.PatchTimeout != DefaultPatchTimeout || !d.ctl.adaptive || d.ctl.max != DefaultMaxInFlight {
+				if ctl := d.flight.ctl; d.opts.PatchTimeout != DefaultPatchTimeout || !ctl.adaptive || ctl.max != DefaultMaxInFlight {
 					t.Errorf("defaults: timeout %s adaptive %v max %v, want %s, adaptive, %d",
-						d.opts.PatchTimeout, d.ctl.adaptive, d.ctl.max, DefaultPatchTimeout, DefaultMaxInFlight)
+						d.opts.PatchTimeout, ctl.adaptive, ctl.max, DefaultPatchTimeout, DefaultMaxInFlight)
 				}
 				return
 			}

@@ -8,33 +8,22 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/types"
-
 	"github.com/quietpatch/quietpatch/internal/base"
-	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch"
+	"k8s.io/apimachinery/pkg/types"
 )
 
-// configObserver is a fakeObserver that tells its Lease, as
-// *leader.Claimer does.
-type configObserver struct {
-	*fakeObserver
-	cfg leader.Config
-}
-
-func (o configObserver) Config() leader.Config { return o.cfg }
-
 // namingPatcher names its writer like a fenced DynamicStatusPatcher, and
-// records the WriteClaim of each call.
+// records the statuspatch.WriteClaim of each call.
 type namingPatcher struct {
 	mu     sync.Mutex
-	claims []WriteClaim
+	claims []statuspatch.WriteClaim
 }
 
 func (p *namingPatcher) Patch(ctx context.Context, _ tPayload) error {
-	w, ok := WriteClaimFrom(ctx)
+	w, ok := statuspatch.WriteClaimFrom(ctx)
 	if !ok {
-		return errors.New("no WriteClaim")
+		return errors.New("no statuspatch.WriteClaim")
 	}
 	p.mu.Lock()
 	p.claims = append(p.claims, w)
@@ -42,17 +31,15 @@ func (p *namingPatcher) Patch(ctx context.Context, _ tPayload) error {
 	return nil
 }
 
-func (p *namingPatcher) FieldManagerFor(w WriteClaim) (string, error) {
-	return FencedFieldManager(w)
-}
+func (p *namingPatcher) Fenced() bool { return true }
 
-// Every call's context says who writes: the identity, the Lease the
-// Observer tells, and the epoch of the claim the call is made under.
+// Every call's context says who writes: the identity, the Lease of
+// Options.Lease, and the epoch of the claim the call is made under.
 func TestDispatcherTellsThePatcherWhoWrites(t *testing.T) {
 	r := newDrig(t)
-	obs := configObserver{fakeObserver: r.obs, cfg: leader.Config{Namespace: "leases", Name: "widgets-shard-1-of-4", Identity: "me"}}
 	pat := &namingPatcher{}
-	d, err := NewDispatcher(r.queue, r.src, r.comp, pat, obs, Options{Name: "test", Capacity: 100, PatchTimeout: 10 * time.Second, Clock: r.clock})
+	d, err := NewDispatcher(r.queue, r.src, r.comp, pat, r.obs, Options{Name: "test", Capacity: 100, PatchTimeout: 10 * time.Second, Clock: r.clock,
+		Lease: types.NamespacedName{Namespace: "leases", Name: "widgets-shard-1-of-4"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +50,7 @@ func TestDispatcherTellsThePatcherWhoWrites(t *testing.T) {
 	waitFor(t, "the call", func() bool { pat.mu.Lock(); defer pat.mu.Unlock(); return len(pat.claims) == 1 })
 	want := statuspatch.WriteClaim{Identity: "me", LeaseNamespace: "leases", LeaseName: "widgets-shard-1-of-4", Epoch: 5}
 	if got := pat.claims[0]; got != want {
-		t.Errorf("WriteClaim %+v, want %+v", got, want)
+		t.Errorf("statuspatch.WriteClaim %+v, want %+v", got, want)
 	}
 }
 
@@ -71,16 +58,19 @@ func TestDispatcherTellsThePatcherWhoWrites(t *testing.T) {
 // dispatcher is built, naming what to shorten — not at its first write.
 func TestNewDispatcherRejectsAWriterThePatcherCannotName(t *testing.T) {
 	r := newDrig(t)
-	long := newFakeObserver(strings.Repeat("i", MaxFieldManager))
-	q, err := NewPatchQueue[types.NamespacedName](Options{Capacity: 10})
+	long := newFakeObserver(strings.Repeat("i", 128))
+	q, err := newQueue(Options{Capacity: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, obs := range map[string]leader.Observer{
-		"too long":         configObserver{fakeObserver: long, cfg: leader.Config{Namespace: "ns", Name: "l"}},
-		"no Lease to name": r.obs,
+	for name, tc := range map[string]struct {
+		obs   Leader
+		lease types.NamespacedName
+	}{
+		"too long":         {long, types.NamespacedName{Namespace: "ns", Name: "l"}},
+		"no Lease to name": {r.obs, types.NamespacedName{}},
 	} {
-		_, err := NewDispatcher(q, r.src, r.comp, &namingPatcher{}, obs, Options{})
+		_, err := NewDispatcher(q, r.src, r.comp, &namingPatcher{}, tc.obs, Options{Lease: tc.lease}, nil)
 		var ce *base.ConfigError
 		if !errors.As(err, &ce) {
 			t.Errorf("%s: NewDispatcher = %v, want a ConfigError", name, err)

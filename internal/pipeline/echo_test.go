@@ -25,13 +25,17 @@ func (v versionPatcher) PatchVersion(ctx context.Context, p tPayload) (string, e
 // withVersions makes r's dispatcher use a VersionPatcher.
 func (r *drig) withVersions(t *testing.T) {
 	t.Helper()
-	d, err := NewDispatcher(r.queue, r.src, r.comp, versionPatcher{r.pat}, r.obs, Options{
-		Name: "test", Capacity: 100, PatchTimeout: 10 * time.Second, Workers: 2,
-		Clock: r.clock, Logger: slog.New(r.logs), Meter: r.meter.provider.Meter("test"),
-	})
+	opts := Options{Name: "test", Capacity: 100, PatchTimeout: 10 * time.Second, Workers: 2, Clock: r.clock, Logger: slog.New(r.logs)}
+	metrics := NewMetrics(r.meter.provider.Meter("test"), opts)
+	d, err := NewDispatcher(r.queue, r.src, r.comp, versionPatcher{r.pat}, r.obs, opts, metrics)
 	if err != nil {
 		t.Fatal(err)
 	}
+	unregister, err := metrics.Register(nil, nil, d.Stats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(unregister)
 	r.d = d
 }
 

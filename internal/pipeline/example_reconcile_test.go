@@ -1,23 +1,16 @@
-package pipeline_test
+package pipeline
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
-	restfake "k8s.io/client-go/rest/fake"
 
 	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch"
@@ -93,7 +86,7 @@ func ExampleReconciler() {
 		{Namespace: "demo", Name: "c"}: {Namespace: "demo", Name: "c", ResourceVersion: "13", Generation: 1}, // no status yet
 	}
 
-	computer := statuspatch.ComputerFuncs[*exampleWidget, []metav1.Condition, statuspatch.MergePatch]{
+	computer := ComputerFuncs[*exampleWidget, []metav1.Condition, statuspatch.MergePatch]{
 		KeyFunc: func(w *exampleWidget) types.NamespacedName {
 			return types.NamespacedName{Namespace: w.Namespace, Name: w.Name}
 		},
@@ -113,8 +106,8 @@ func ExampleReconciler() {
 				ResourceVersion: w.ResourceVersion, Status: status}, err
 		},
 	}
-	// A real controller uses statuspatch.NewStatusPatcherForConfig.
-	patcher := statuspatch.PatcherFunc[statuspatch.MergePatch](func(ctx context.Context, p statuspatch.MergePatch) error {
+	// A real controller uses statuspatch.NewMergePatcher.
+	patcher := PatcherFunc[statuspatch.MergePatch](func(ctx context.Context, p statuspatch.MergePatch) error {
 		body, err := p.Body()
 		fmt.Printf("PATCH %s/%s/status %s\n", p.Namespace, p.Name, body)
 		return err
@@ -122,18 +115,18 @@ func ExampleReconciler() {
 
 	// One Options for the three parts. One call in flight makes the
 	// output's order fixed; the default (0) adapts to the server.
-	opts := statuspatch.Options{Name: "widgets", Capacity: 1000, Interval: 10 * time.Second, Workers: 1}
-	queue, err := statuspatch.NewPatchQueue[types.NamespacedName](opts)
+	opts := Options{Name: "widgets", Capacity: 1000, Interval: 10 * time.Second, Workers: 1}
+	queue, err := newQueue(opts)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	reconciler, err := statuspatch.NewReconciler(source, computer, queue, exampleLeader{}, opts)
+	reconciler, err := NewReconciler(source, computer, queue, exampleLeader{}, opts, nil)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	dispatcher, err := statuspatch.NewDispatcher(queue, source, computer, patcher, exampleLeader{}, opts)
+	dispatcher, err := NewDispatcher(queue, source, computer, patcher, exampleLeader{}, opts, nil)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -156,45 +149,4 @@ func ExampleReconciler() {
 	// PATCH demo/a/status {"metadata":{"resourceVersion":"14"},"status":{"conditions":[{"type":"Ready","status":"True","observedGeneration":3,"lastTransitionTime":"2026-01-01T00:00:00Z","reason":"Reconciled","message":""}]}}
 	// PATCH demo/c/status {"metadata":{"resourceVersion":"13"},"status":{"conditions":[{"type":"Ready","status":"True","observedGeneration":1,"lastTransitionTime":"2026-01-01T01:00:00Z","reason":"Reconciled","message":""}]}}
 	// patches ok: 2
-}
-
-// The ready patcher sends a JSON merge patch of the status subresource with
-// a resourceVersion precondition, a field manager, and the call's deadline
-// as the timeout parameter, which the API server enforces. Here it talks
-// to client-go's fake REST client.
-func ExampleDynamicStatusPatcher() {
-	gvr := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
-	client := &restfake.RESTClient{
-		NegotiatedSerializer: serializer.NewCodecFactory(runtime.NewScheme()).WithoutConversion(),
-		Client: restfake.CreateHTTPClient(func(req *http.Request) (*http.Response, error) {
-			body, _ := io.ReadAll(req.Body)
-			q := req.URL.Query()
-			timeout, _ := time.ParseDuration(q.Get("timeout"))
-			fmt.Println(req.Method, req.URL.Path, "fieldManager="+q.Get("fieldManager"),
-				"timeout within the deadline:", timeout > 0 && timeout < 5*time.Second)
-			fmt.Println(string(body))
-			return &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"application/json"}},
-				Body: io.NopCloser(strings.NewReader(`{}`))}, nil
-		}),
-	}
-	patcher, err := statuspatch.NewStatusPatcher(client, gvr, "example.com/widget-status")
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	err = patcher.Patch(ctx, statuspatch.MergePatch{
-		Namespace: "demo", Name: "a", ResourceVersion: "7", Status: json.RawMessage(`{"phase":"Ready"}`),
-	})
-	fmt.Println("patch:", outcome.Of(err))
-
-	// Without a resourceVersion there is no precondition: nothing is sent.
-	err = patcher.Patch(ctx, statuspatch.MergePatch{Namespace: "demo", Name: "a", Status: json.RawMessage(`{}`)})
-	fmt.Println(errors.Is(err, statuspatch.ErrInvalidPatch))
-	// Output:
-	// PATCH /apis/example.com/v1/namespaces/demo/widgets/a/status fieldManager=example.com/widget-status timeout within the deadline: true
-	// {"metadata":{"resourceVersion":"7"},"status":{"phase":"Ready"}}
-	// patch: ok
-	// true
 }

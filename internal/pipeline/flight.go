@@ -22,6 +22,7 @@ import (
 type flight struct {
 	mu      sync.Mutex
 	changed chan struct{} // made by a waiter; closed (and cleared) at the next change
+	waiting int           // goroutines waiting for a change
 	ctl     control
 	serving int                             // serves in progress, each holding a slot of the limit
 	calls   map[*call]struct{}              // calls in progress
@@ -77,8 +78,12 @@ func (f *flight) waitLocked(ctx context.Context) error {
 		f.changed = make(chan struct{})
 	}
 	ch := f.changed
+	f.waiting++
 	f.mu.Unlock()
-	defer f.mu.Lock()
+	defer func() {
+		f.mu.Lock()
+		f.waiting--
+	}()
 	select {
 	case <-ch:
 		return nil
@@ -166,12 +171,7 @@ func (f *flight) end(c *call, now time.Time, latency time.Duration, err error, o
 	if !outcome.Answered(err) {
 		c.ec.unanswered = true
 	}
-	if d, ok := retryAfter(err); ok {
-		if until := now.Add(d); until.After(f.until) {
-			f.until = until
-			f.opened++
-		}
-	}
+	f.openWindowLocked(now, err)
 	f.ctl = f.ctl.next(sample{at: now, latency: latency, outcome: o, saturated: inFlight >= f.ctl.size()})
 	f.serving--
 	f.changedLocked()
@@ -191,6 +191,23 @@ func (f *flight) end(c *call, now time.Time, latency time.Duration, err error, o
 		f.echoed += echoed
 	}
 	return echoed, other
+}
+
+// openWindow opens the window asked for by err, the answer to a call
+// ended at now, unless one open already ends later.
+func (f *flight) openWindow(now time.Time, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.openWindowLocked(now, err)
+}
+
+func (f *flight) openWindowLocked(now time.Time, err error) {
+	if d, ok := retryAfter(err); ok {
+		if until := now.Add(d); until.After(f.until) {
+			f.until = until
+			f.opened++
+		}
+	}
 }
 
 // event notes an event of key's object at rv ("" for a deletion): whether

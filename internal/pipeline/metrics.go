@@ -62,7 +62,9 @@ type Metrics struct {
 	callOpts         map[outcome.Outcome]metric.RecordOption
 	passOpts         map[string]metric.RecordOption
 	waitOpts         []metric.RecordOption // made once: a variadic argument built per call allocates
-	register         func(ob metric.Observer, queue queue.Stats, capacity int, rec ReconcilerStats, disp DispatcherStats)
+	queue            func(ob metric.Observer, q queue.Stats, capacity int)
+	reconciler       func(ob metric.Observer, r ReconcilerStats)
+	dispatcher       func(ob metric.Observer, d DispatcherStats)
 }
 
 // NewMetrics creates a pipeline's instruments on m, every data point with
@@ -118,7 +120,7 @@ func NewMetrics(m metric.Meter, o Options) *Metrics {
 		dropSets[r] = in.Set(attribute.String(reasonAttr, r))
 	}
 
-	x.register = func(ob metric.Observer, q queue.Stats, c int, r ReconcilerStats, d DispatcherStats) {
+	x.queue = func(ob metric.Observer, q queue.Stats, c int) {
 		ob.ObserveInt64(enq, q.Enqueued, plain)
 		ob.ObserveInt64(deq, q.Dequeued, plain)
 		ob.ObserveInt64(sup, q.Coalesced, plain)
@@ -127,6 +129,8 @@ func NewMetrics(m metric.Meter, o Options) *Metrics {
 		ob.ObserveInt64(depth, int64(q.Depth), plain)
 		ob.ObserveFloat64(peak, q.DepthPeak, plain)
 		ob.ObserveInt64(capG, int64(c), plain)
+	}
+	x.reconciler = func(ob metric.Observer, r ReconcilerStats) {
 		for res, set := range passSets {
 			ob.ObserveInt64(passes, r.Passes[res], set)
 		}
@@ -134,6 +138,8 @@ func NewMetrics(m metric.Meter, o Options) *Metrics {
 			ob.ObserveInt64(objects, r.Objects[res], set)
 		}
 		ob.ObserveInt64(halted, r.Halted, plain)
+	}
+	x.dispatcher = func(ob metric.Observer, d DispatcherStats) {
 		for oc, set := range outSets {
 			ob.ObserveInt64(patches, d.Patches[oc], set)
 		}
@@ -151,15 +157,24 @@ func NewMetrics(m metric.Meter, o Options) *Metrics {
 }
 
 // Register registers the observable instruments, read at each collection
-// from the parts' Stats, and returns the function that unregisters them:
-// the pipeline registers when its Run starts and unregisters when it
-// returns. Without a meter it does nothing.
-func Register[O, S, P any](x *Metrics, q *queue.Queue[types.NamespacedName], r *Reconciler[O, S, P], d *Dispatcher[O, S, P]) (unregister func(), err error) {
+// from the parts' Stats (a nil part reports nothing), and returns the
+// function that unregisters them: the pipeline registers when its Run
+// starts and unregisters when it returns. Without a meter it does
+// nothing.
+func (x *Metrics) Register(q *queue.Queue[types.NamespacedName], rec func() ReconcilerStats, disp func() DispatcherStats) (unregister func(), err error) {
 	if x == nil {
 		return func() {}, nil
 	}
 	return x.in.Register(func(_ context.Context, ob metric.Observer) error {
-		x.register(ob, q.Stats(), q.Cap(), r.Stats(), d.Stats())
+		if q != nil {
+			x.queue(ob, q.Stats(), q.Cap())
+		}
+		if rec != nil {
+			x.reconciler(ob, rec())
+		}
+		if disp != nil {
+			x.dispatcher(ob, disp())
+		}
 		return nil
 	})
 }

@@ -36,7 +36,7 @@ type docInstrument struct {
 // docInstruments parses the rows of the table under the given prefixes.
 func docInstruments(t *testing.T, prefixes ...string) map[string]docInstrument {
 	t.Helper()
-	src, err := os.ReadFile("../docs/metrics.md")
+	src, err := os.ReadFile("../../docs/metrics.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func docInstruments(t *testing.T, prefixes ...string) map[string]docInstrument {
 		out[d.name] = *d
 	}
 	if len(out) == 0 {
-		t.Fatal("no instrument found in ../docs/metrics.md")
+		t.Fatal("no instrument found in docs/metrics.md")
 	}
 	return out
 }
@@ -100,8 +100,8 @@ func metricsScenario(t *testing.T) (*testMeter, *queue.Queue[types.NamespacedNam
 	t.Helper()
 	m := newTestMeter(t)
 	clk := clocktesting.NewFakeClock(testStart())
-	opts := Options{Name: "test", Capacity: 3, Workers: 2, Clock: clk, Meter: m.provider.Meter("quietpatch"),
-		Logger: slog.New(slog.DiscardHandler)}
+	opts := Options{Name: "test", Capacity: 3, Workers: 2, Clock: clk, Logger: slog.New(slog.DiscardHandler)}
+	metrics := NewMetrics(m.provider.Meter("quietpatch"), opts)
 	obs := newFakeObserver("me")
 	obs.Set(leader.Claim{Holder: "me", Expiry: clk.Now().Add(time.Hour), Epoch: 1})
 	src := &fakeSource{objs: changedObjs(names(5)...)}
@@ -112,18 +112,23 @@ func metricsScenario(t *testing.T) (*testMeter, *queue.Queue[types.NamespacedNam
 		}
 		return nil
 	}}
-	q, err := NewPatchQueue[types.NamespacedName](opts)
+	q, err := newQueue(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, err := NewReconciler(src, comp, q, obs, opts)
+	rec, err := NewReconciler(src, comp, q, obs, opts, metrics)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := NewDispatcher(q, src, comp, pat, obs, opts)
+	d, err := NewDispatcher(q, src, comp, pat, obs, opts, metrics)
 	if err != nil {
 		t.Fatal(err)
 	}
+	unregister, err := metrics.Register(q, rec.Stats, d.Stats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(unregister)
 	rec.Enqueue(nsKey("o00"))                                                             // fresh lane
 	rec.Enqueue(nsKey("o00"))                                                             // coalesces
 	if _, err := rec.ReconcileAll(context.Background()); !errors.Is(err, queue.ErrFull) { // o00 waits already, o01-o03, o04 refused
@@ -219,7 +224,7 @@ func TestInstrumentsMatchTheDocTable(t *testing.T) {
 		for _, md := range sm.Metrics {
 			w, ok := doc[md.Name]
 			if !ok {
-				t.Errorf("instrument %s is not in the table of ../docs/metrics.md", md.Name)
+				t.Errorf("instrument %s is not in the table of docs/metrics.md", md.Name)
 				continue
 			}
 			seen[md.Name] = true
@@ -311,25 +316,31 @@ func TestNoInstrumentsWithoutAMeter(t *testing.T) {
 		meter metric.Meter
 	}{{"nil", nil}, {"noop", noop.NewMeterProvider().Meter("x")}} {
 		t.Run(tc.label, func(t *testing.T) {
-			opts := Options{Meter: tc.meter, Capacity: 10}
+			opts := Options{Capacity: 10}
+			metrics := NewMetrics(tc.meter, opts)
 			obs := newFakeObserver("me")
 			obs.Set(leader.Claim{Holder: "me", Expiry: time.Now().Add(time.Hour), Epoch: 1})
 			src := &fakeSource{objs: changedObjs("a", "b")}
-			q, err := NewPatchQueue[types.NamespacedName](opts)
+			q, err := newQueue(opts)
 			if err != nil {
 				t.Fatal(err)
 			}
-			rec, err := NewReconciler(src, &tComputer{}, q, obs, opts)
+			if metrics != nil {
+				t.Errorf("instruments created with a %s meter", tc.label)
+			}
+			rec, err := NewReconciler(src, &tComputer{}, q, obs, opts, metrics)
 			if err != nil {
 				t.Fatal(err)
 			}
-			d, err := NewDispatcher(q, src, &tComputer{}, &recordingPatcher{}, obs, opts)
+			d, err := NewDispatcher(q, src, &tComputer{}, &recordingPatcher{}, obs, opts, metrics)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if q.inst != nil || rec.inst != nil || d.inst != nil {
-				t.Errorf("instruments created: queue %v, reconciler %v, dispatcher %v; want none", q.inst != nil, rec.inst != nil, d.inst != nil)
+			unregister, err := metrics.Register(q, rec.Stats, d.Stats)
+			if err != nil {
+				t.Fatal(err)
 			}
+			defer unregister()
 			if _, err := rec.ReconcileAll(context.Background()); err != nil {
 				t.Fatal(err)
 			}
@@ -351,22 +362,17 @@ func (failingMeter) Int64ObservableCounter(string, ...metric.Int64ObservableCoun
 	return nil, errors.New("no more instruments")
 }
 
-// A meter that cannot create the instruments is a config error of Meter.
+// A meter that cannot create the instruments is a config error of Meter,
+// when they are registered.
 func TestMeterFailureIsAConfigError(t *testing.T) {
-	opts := Options{Meter: failingMeter{newTestMeter(t).provider.Meter("x")}}
-	obs := newFakeObserver("me")
-	q, qerr := NewPatchQueue[types.NamespacedName](opts)
-	q2, _ := NewPatchQueue[types.NamespacedName](Options{})
-	_, rerr := NewReconciler(&fakeSource{}, &tComputer{}, q2, obs, opts)
-	_, derr := NewDispatcher(q2, &fakeSource{}, &tComputer{}, &recordingPatcher{}, obs, opts)
-	for part, err := range map[string]error{"NewPatchQueue": qerr, "NewReconciler": rerr, "NewDispatcher": derr} {
-		var ce *base.ConfigError
-		if !errors.As(err, &ce) || ce.Field != "Meter" || !strings.Contains(ce.Reason, "no more instruments") {
-			t.Errorf("%s: %v, want a *base.ConfigError for Meter", part, err)
-		}
+	metrics := NewMetrics(failingMeter{newTestMeter(t).provider.Meter("x")}, Options{})
+	unregister, err := metrics.Register(nil, nil, nil)
+	var ce *base.ConfigError
+	if !errors.As(err, &ce) || ce.Field != "Meter" || !strings.Contains(ce.Reason, "no more instruments") {
+		t.Errorf("Register: %v, want a *base.ConfigError for Meter", err)
 	}
-	if q != nil {
-		t.Error("NewPatchQueue returned a queue with its error")
+	if unregister != nil {
+		t.Error("Register returned an unregister function with its error")
 	}
 }
 
@@ -376,21 +382,17 @@ func TestMeterFailureIsAConfigError(t *testing.T) {
 func BenchmarkInstrumentsPerCall(b *testing.B) {
 	for _, withMeter := range []bool{false, true} {
 		name := "no-meter"
-		var opts Options
+		var meter metric.Meter
 		if withMeter {
 			name = "otel-sdk"
-			opts.Meter = newTestMeter(b).provider.Meter("bench")
+			meter = newTestMeter(b).provider.Meter("bench")
 		}
 		b.Run(name, func(b *testing.B) {
-			opts, _ := opts.complete()
-			d := Dispatcher[*tObj, []int, tPayload]{patches: base.NewCounters(base.Outcomes()...)}
-			var err error
-			if d.inst, err = newDispatchInstruments(opts, d.Stats); err != nil {
-				b.Fatal(err)
-			}
+			opts, _ := Options{}.Complete()
+			d := Dispatcher[*tObj, []int, tPayload]{patches: base.NewCounters(base.Outcomes()...), metrics: NewMetrics(meter, opts)}
 			b.ReportAllocs()
 			for b.Loop() {
-				d.inst.call(outcome.OK, 5*time.Millisecond)
+				d.metrics.recordCall(outcome.OK, 5*time.Millisecond)
 				d.patches.Add(outcome.OK)
 			}
 		})

@@ -1,4 +1,4 @@
-package pipeline_test
+package pipeline
 
 import (
 	"context"
@@ -17,8 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/quietpatch/quietpatch/internal/queue"
 	"github.com/quietpatch/quietpatch/leader"
-	"github.com/quietpatch/quietpatch/statuspatch"
 	"github.com/quietpatch/quietpatch/statuspatch/conditions"
 	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
@@ -111,7 +111,7 @@ func (s sliceSource) Get(k types.NamespacedName) (*benchObj, bool, error) {
 	return o, ok, nil
 }
 
-// staticLeader is a leader.Observer that always holds epoch 1.
+// staticLeader is a Leader that always holds epoch 1.
 type staticLeader struct{}
 
 func (staticLeader) Identity() string { return "me" }
@@ -124,16 +124,16 @@ func (staticLeader) Subscribe() (<-chan leader.Claim, func()) {
 	return ch, func() { once.Do(func() { close(ch) }) }
 }
 
-type benchReconciler = statuspatch.Reconciler[*benchObj, []metav1.Condition, benchPatch]
+type benchReconciler = Reconciler[*benchObj, []metav1.Condition, benchPatch]
 
 func newBenchReconciler(tb testing.TB, objs []*benchObj, equal func(a, b []metav1.Condition) bool, meter metric.Meter) *benchReconciler {
 	tb.Helper()
-	opts := statuspatch.Options{Capacity: len(objs) + 1, Meter: meter}
-	q, err := statuspatch.NewPatchQueue[types.NamespacedName](opts)
+	opts := Options{Capacity: len(objs) + 1}
+	q, err := newQueue(opts)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	rec, err := statuspatch.NewReconciler(newSliceSource(objs), &benchComputer{equal: equal}, q, staticLeader{}, opts)
+	rec, err := NewReconciler(newSliceSource(objs), &benchComputer{equal: equal}, q, staticLeader{}, opts, NewMetrics(meter, opts))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -184,20 +184,20 @@ func BenchmarkServe(b *testing.B) {
 			objs := benchObjs(n, true)
 			src := newSliceSource(objs)
 			comp := &benchComputer{equal: conditions.Equal}
-			opts := statuspatch.Options{Capacity: n, Workers: w}
-			q, err := statuspatch.NewPatchQueue[types.NamespacedName](opts)
+			opts := Options{Capacity: n, Workers: w}
+			q, err := newQueue(opts)
 			if err != nil {
 				b.Fatal(err)
 			}
 			var served atomic.Int64
 			batch := make(chan struct{}, 1)
-			patcher := statuspatch.PatcherFunc[benchPatch](func(context.Context, benchPatch) error {
+			patcher := PatcherFunc[benchPatch](func(context.Context, benchPatch) error {
 				if served.Add(1)%n == 0 {
 					batch <- struct{}{}
 				}
 				return nil
 			})
-			d, err := statuspatch.NewDispatcher(q, src, comp, patcher, staticLeader{}, opts)
+			d, err := NewDispatcher(q, src, comp, patcher, staticLeader{}, opts, nil)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -209,7 +209,7 @@ func BenchmarkServe(b *testing.B) {
 			batches := 0
 			for b.Loop() {
 				for _, o := range objs {
-					if err := q.Add(o.Key, statuspatch.queue.LanePass); err != nil {
+					if err := q.Add(o.Key, queue.LanePass); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -271,18 +271,18 @@ func TestMemoryBounded(t *testing.T) {
 	ours := func() (after1, afterAll int64) {
 		src := newSliceSource(objs) // the cache, not the library's
 		base := liveHeap()
-		opts := statuspatch.Options{Capacity: capacity, PatchTimeout: time.Hour}
-		q, err := statuspatch.NewPatchQueue[types.NamespacedName](opts)
+		opts := Options{Capacity: capacity, PatchTimeout: time.Hour}
+		q, err := newQueue(opts)
 		if err != nil {
 			t.Fatal(err)
 		}
 		comp := &memComputer{benchComputer{equal: conditions.Equal}}
-		rec, err := statuspatch.NewReconciler(src, comp, q, staticLeader{}, opts)
+		rec, err := NewReconciler(src, comp, q, staticLeader{}, opts, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		release := make(chan struct{})
-		stalled := statuspatch.PatcherFunc[[]byte](func(ctx context.Context, _ []byte) error {
+		stalled := PatcherFunc[[]byte](func(ctx context.Context, _ []byte) error {
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
@@ -290,7 +290,7 @@ func TestMemoryBounded(t *testing.T) {
 				return nil
 			}
 		})
-		d, err := statuspatch.NewDispatcher(q, src, comp, stalled, staticLeader{}, opts)
+		d, err := NewDispatcher(q, src, comp, stalled, staticLeader{}, opts, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -28,7 +28,7 @@ import (
 // testStart is the fake clocks' start time.
 func testStart() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) }
 
-// fakeObserver is a leader.Observer whose claim the test sets. Like the
+// fakeObserver is a Leader whose claim the test sets. Like the
 // claimer's hub, a subscription receives the current claim at once, then
 // the latest claim published (a slow subscriber loses intermediate ones),
 // and its channel is closed when it is cancelled.
@@ -624,4 +624,14 @@ func attrKeys(kvs []attribute.KeyValue) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// newQueue is the pipeline's queue for opts, as quietpatch.New builds it:
+// opts' Capacity (completed) and, with a meter in the test, its Clock.
+func newQueue(opts Options) (*queue.Queue[types.NamespacedName], error) {
+	opts, err := opts.Complete()
+	if err != nil {
+		return nil, err
+	}
+	return queue.New[types.NamespacedName](opts.Capacity, opts.Clock), nil
 }

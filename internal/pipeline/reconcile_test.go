@@ -49,18 +49,23 @@ func newRig(t *testing.T, capacity int, objs []*tObj, mutate ...func(*Options)) 
 		Interval: 10 * time.Second,
 		Clock:    r.clock,
 		Logger:   slog.New(r.logs),
-		Meter:    r.meter.provider.Meter("test"),
 	}
 	for _, m := range mutate {
 		m(&opts)
 	}
 	var err error
-	if r.queue, err = NewPatchQueue[types.NamespacedName](opts); err != nil {
+	if r.queue, err = newQueue(opts); err != nil {
 		t.Fatal(err)
 	}
-	if r.rec, err = NewReconciler(r.src, r.comp, r.queue, r.obs, opts); err != nil {
+	metrics := NewMetrics(r.meter.provider.Meter("test"), opts)
+	if r.rec, err = NewReconciler(r.src, r.comp, r.queue, r.obs, opts, metrics); err != nil {
 		t.Fatal(err)
 	}
+	unregister, err := metrics.Register(r.queue, r.rec.Stats, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(unregister)
 	return r
 }
 
@@ -246,10 +251,10 @@ func TestReconcileResumesAfterCursor(t *testing.T) {
 		{name: "resumes after o02", wantKeys: nsNames("o03", "o04", "o05"), wantHalted: true, wantResumed: true},
 		{name: "resumes after o05, wrapping", wantKeys: nsNames("o06", "o00", "o01"), wantHalted: true, wantResumed: true},
 		{name: "halted at its first object: the cursor stays", before: func() {
-			_ = r.queue.SetCapacity(1)
+			r.queue.SetCapacity(1)
 			_ = r.queue.Add(nsKey("filler"), queue.LanePass)
 		}, wantKeys: nsNames("filler"), wantHalted: true, wantResumed: true},
-		{name: "resumes after o01 still", before: func() { _ = r.queue.SetCapacity(3) },
+		{name: "resumes after o01 still", before: func() { r.queue.SetCapacity(3) },
 			wantKeys: nsNames("o02", "o03", "o04"), wantHalted: true, wantResumed: true},
 		{name: "completes and clears the cursor", before: func() { r.src.setAll(upToDate) }, wantResumed: true},
 		{name: "starts from the top again"},
@@ -412,12 +417,12 @@ func TestReconcileRecoversFromComputerPanics(t *testing.T) {
 				if resumed {
 					// A pass halted after a: the next one sorts by key
 					// and resumes after a.
-					_ = r.queue.SetCapacity(1)
+					r.queue.SetCapacity(1)
 					if _, err := r.rec.ReconcileAll(context.Background()); !errors.Is(err, queue.ErrFull) {
 						t.Fatalf("first pass: %v, want halted after a", err)
 					}
 					r.drain(t)
-					_ = r.queue.SetCapacity(10)
+					r.queue.SetCapacity(10)
 					want = nsNames("c", "a")
 				}
 				r.comp.panicOn = map[string]string{"boom": stage}
@@ -805,7 +810,7 @@ func TestReconcilePassResults(t *testing.T) {
 		wantErr error
 	}{
 		{"completed", 3, func(r *rig) context.Context { return context.Background() }, nil},
-		{"halted", 3, func(r *rig) context.Context { _ = r.queue.SetCapacity(1); return context.Background() }, queue.ErrFull},
+		{"halted", 3, func(r *rig) context.Context { r.queue.SetCapacity(1); return context.Background() }, queue.ErrFull},
 		{"not_leader", 3, func(r *rig) context.Context { r.loseTo("other", 2); return context.Background() }, ErrNotLeader},
 		{"error", 3, func(r *rig) context.Context { r.src.listErr = listErr; return context.Background() }, listErr},
 		{"canceled", 300, func(r *rig) context.Context {
@@ -838,7 +843,7 @@ func TestReconcilePassResults(t *testing.T) {
 }
 
 func TestNewReconcilerValidation(t *testing.T) {
-	q, err := NewPatchQueue[types.NamespacedName](Options{Capacity: 1})
+	q, err := newQueue(Options{Capacity: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -846,7 +851,7 @@ func TestNewReconcilerValidation(t *testing.T) {
 		src  statuspatch.Source[*tObj]
 		comp statuspatch.StatusComputer[*tObj, []metav1.Condition, tPayload]
 		q    *queue.Queue[types.NamespacedName]
-		l    leader.Observer
+		l    Leader
 		opts Options
 	}
 	valid := func() args {
@@ -870,7 +875,7 @@ func TestNewReconcilerValidation(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			a := valid()
 			c.mutate(&a)
-			r, err := NewReconciler(a.src, a.comp, a.q, a.l, a.opts)
+			r, err := NewReconciler(a.src, a.comp, a.q, a.l, a.opts, nil)
 			if c.wantField == "" {
 				if err != nil {
 					t.Fatalf("err = %v, want nil", err)
