@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/quietpatch/quietpatch"
+	"github.com/quietpatch/quietpatch/internal/pipeline"
 	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch"
 	"github.com/quietpatch/quietpatch/statuspatch/conditions"
@@ -122,7 +123,7 @@ func (s *items) apply(name string) {
 
 func (s *items) HasSynced() bool { return s.synced.Load() }
 
-var itemComputer = statuspatch.ComputerFuncs[*item, int64, string]{
+var itemComputer = pipeline.ComputerFuncs[*item, int64, string]{
 	KeyFunc:     func(o *item) types.NamespacedName { return types.NamespacedName{Namespace: "ns", Name: o.name} },
 	CurrentFunc: func(o *item) int64 { return o.state },
 	DesiredFunc: func(o *item) (int64, error) { return o.gen, nil },
@@ -158,9 +159,9 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 
 func baseConfig(kube *fake.Clientset) quietpatch.Config {
 	return quietpatch.Config{
-		Options: statuspatch.Options{Name: "test"},
-		Leases:  kube.CoordinationV1(),
-		Lease:   leader.Config{Namespace: "ns", Name: "lease", Identity: "me", LeaseDuration: 15 * time.Second},
+		Name:   "test",
+		Leases: kube.CoordinationV1(),
+		Lease:  leader.Config{Namespace: "ns", Name: "lease", Identity: "me", LeaseDuration: 15 * time.Second},
 	}
 }
 
@@ -188,7 +189,6 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 		field  string
 	}{
 		{"no lease client", func(c *quietpatch.Config) { c.Leases = nil }, "Leases"},
-		{"observer and lease client", func(c *quietpatch.Config) { c.Observer = staticObserver{} }, "Observer"},
 		{"negative interval", func(c *quietpatch.Config) { c.Interval = -time.Second }, "Interval"},
 		{"negative capacity", func(c *quietpatch.Config) { c.Capacity = -1 }, "Capacity"},
 		{"negative workers", func(c *quietpatch.Config) { c.Workers = -1 }, "Workers"},
@@ -204,7 +204,7 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 		t.Run(tc.label, func(t *testing.T) {
 			cfg := baseConfig(kube)
 			tc.mutate(&cfg)
-			_, err := quietpatch.New(newItems(1), itemComputer, statuspatch.PatcherFunc[string](func(context.Context, string) error { return nil }), cfg)
+			_, err := quietpatch.New(newItems(1), itemComputer, pipeline.PatcherFunc[string](func(context.Context, string) error { return nil }), cfg)
 			if !errors.Is(err, quietpatch.ErrInvalidConfig) {
 				t.Fatalf("err = %v, want ErrInvalidConfig", err)
 			}
@@ -234,7 +234,7 @@ func TestRunWaitsForTheSourceBeforeCompeting(t *testing.T) {
 	kube := fake.NewClientset()
 	src := newItems(2)
 	var patched atomic.Int64
-	c, err := quietpatch.New(src, itemComputer, statuspatch.PatcherFunc[string](func(context.Context, string) error {
+	c, err := quietpatch.New(src, itemComputer, pipeline.PatcherFunc[string](func(context.Context, string) error {
 		patched.Add(1)
 		return nil
 	}), baseConfig(kube))
@@ -262,8 +262,8 @@ func TestRunWaitsForTheSourceBeforeCompeting(t *testing.T) {
 		t.Errorf("the Lease is held by %q after a clean stop; want it vacated", h)
 	}
 	st := c.Stats()
-	if st.Dispatcher.Patches["ok"] != 2 || st.Reconciler.Objects["changed"] != 2 || st.Capacity != statuspatch.DefaultCapacity {
-		t.Errorf("Stats %+v: want 2 ok patches, 2 changed objects, capacity %d", st, statuspatch.DefaultCapacity)
+	if st.Dispatcher.Patches["ok"] != 2 || st.Reconciler.Objects["changed"] != 2 || st.Capacity != quietpatch.DefaultCapacity {
+		t.Errorf("Stats %+v: want 2 ok patches, 2 changed objects, capacity %d", st, quietpatch.DefaultCapacity)
 	}
 }
 
@@ -271,7 +271,7 @@ func TestRunFailsWhenTheSourceNeverSyncs(t *testing.T) {
 	kube := fake.NewClientset()
 	cfg := baseConfig(kube)
 	cfg.SyncTimeout = 50 * time.Millisecond
-	c, err := quietpatch.New(newItems(1), itemComputer, statuspatch.PatcherFunc[string](func(context.Context, string) error { return nil }), cfg)
+	c, err := quietpatch.New(newItems(1), itemComputer, pipeline.PatcherFunc[string](func(context.Context, string) error { return nil }), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +302,7 @@ func TestStopVacatesOnlyAfterAnsweredCalls(t *testing.T) {
 			src.synced.Store(true)
 			release := make(chan struct{})
 			var inCall, cancelled atomic.Bool
-			c, err := quietpatch.New(src, itemComputer, statuspatch.PatcherFunc[string](func(ctx context.Context, _ string) error {
+			c, err := quietpatch.New(src, itemComputer, pipeline.PatcherFunc[string](func(ctx context.Context, _ string) error {
 				inCall.Store(true)
 				select {
 				case <-release:
@@ -452,7 +452,7 @@ func TestRunWaitsForTheDependencies(t *testing.T) {
 	dep := &fakeInformer{}
 	cfg := baseConfig(kube)
 	cfg.Dependencies = []quietpatch.Dependency{{Informer: dep, Keys: depKeys}}
-	c, err := quietpatch.New(src, itemComputer, statuspatch.PatcherFunc[string](func(context.Context, string) error { return nil }), cfg)
+	c, err := quietpatch.New(src, itemComputer, pipeline.PatcherFunc[string](func(context.Context, string) error { return nil }), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -577,7 +577,7 @@ func TestEventsEnqueueTheirKeysOrMakeAPass(t *testing.T) {
 			cfg := baseConfig(kube)
 			cfg.Interval, cfg.Workers, cfg.Capacity = time.Hour, 1, tc.capacity
 			cfg.Dependencies = []quietpatch.Dependency{{Informer: dep, Keys: tc.keys}}
-			c, err := quietpatch.New(src, itemComputer, statuspatch.PatcherFunc[string](func(ctx context.Context, name string) error {
+			c, err := quietpatch.New(src, itemComputer, pipeline.PatcherFunc[string](func(ctx context.Context, name string) error {
 				if name == "s" {
 					blocked.Store(true)
 					select {
@@ -651,7 +651,7 @@ func TestIndexerSourceIsReconciledOnEnqueue(t *testing.T) {
 	kube := fake.NewClientset()
 	cfg := baseConfig(kube)
 	cfg.Interval = time.Hour
-	c, err := quietpatch.New(source.FromIndexer[*item](idx, nil), itemComputer, statuspatch.PatcherFunc[string](func(_ context.Context, name string) error {
+	c, err := quietpatch.New(source.FromIndexer[*item](idx, nil), itemComputer, pipeline.PatcherFunc[string](func(_ context.Context, name string) error {
 		o, _, _ := idx.GetByKey("ns/" + name)
 		if err := idx.Update(&item{name: name, gen: o.(*item).gen, state: o.(*item).gen}); err != nil {
 			return err
@@ -687,47 +687,6 @@ func TestIndexerSourceIsReconciledOnEnqueue(t *testing.T) {
 	}
 }
 
-// An Observer whose cancel does not close its channel (leader.Observer
-// does not promise it) must not keep Run from returning.
-func TestRunStopsWithAnObserverThatKeepsItsChannel(t *testing.T) {
-	src := newItems(1)
-	src.synced.Store(true)
-	var patched atomic.Int64
-	c, err := quietpatch.New(src, itemComputer, statuspatch.PatcherFunc[string](func(context.Context, string) error {
-		patched.Add(1)
-		return nil
-	}), quietpatch.Config{Options: statuspatch.Options{Name: "test"}, Observer: keepingObserver{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	waitUntil(t, "the patch", func() bool { return patched.Load() == 1 })
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("Run = %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return within 10 s of its context's end")
-	}
-}
-
-// keepingObserver always holds epoch 1; its Subscribe's channel is never
-// closed.
-type keepingObserver struct{}
-
-func (keepingObserver) Identity() string { return "me" }
-func (keepingObserver) Current() leader.Claim {
-	return leader.Claim{Holder: "me", Expiry: time.Now().Add(time.Hour), Epoch: 1}
-}
-func (keepingObserver) Subscribe() (<-chan leader.Claim, func()) {
-	ch := make(chan leader.Claim, 1)
-	ch <- keepingObserver{}.Current()
-	return ch, func() {}
-}
 
 // A 429 with Retry-After holds every call back for the window, then the
 // dispatcher goes on: the key that waited while the only call was
@@ -740,7 +699,7 @@ func TestRetryAfterHoldsThenResumes(t *testing.T) {
 	var calls []time.Time
 	cfg := baseConfig(kube)
 	cfg.Interval, cfg.Workers = time.Hour, 1
-	c, err := quietpatch.New(src, itemComputer, statuspatch.PatcherFunc[string](func(context.Context, string) error {
+	c, err := quietpatch.New(src, itemComputer, pipeline.PatcherFunc[string](func(context.Context, string) error {
 		mu.Lock()
 		defer mu.Unlock()
 		calls = append(calls, time.Now())

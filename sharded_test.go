@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/quietpatch/quietpatch"
+	"github.com/quietpatch/quietpatch/internal/pipeline"
 	"github.com/quietpatch/quietpatch/internal/shard"
 	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch"
@@ -116,7 +117,7 @@ func configMapLW(t *testing.T, n int) (cache.ListerWatcher, map[string]types.UID
 
 // configMapComputer wants every ConfigMap patched, and never sees a
 // status: each pass patches every object again.
-var configMapComputer = statuspatch.ComputerFuncs[*corev1.ConfigMap, string, string]{
+var configMapComputer = pipeline.ComputerFuncs[*corev1.ConfigMap, string, string]{
 	KeyFunc: func(o *corev1.ConfigMap) types.NamespacedName {
 		return types.NamespacedName{Namespace: o.Namespace, Name: o.Name}
 	},
@@ -140,7 +141,7 @@ type patchLog struct {
 }
 
 func (p *patchLog) patcher(id string) statuspatch.Patcher[string] {
-	return statuspatch.PatcherFunc[string](func(_ context.Context, key string) error {
+	return pipeline.PatcherFunc[string](func(_ context.Context, key string) error {
 		i := shard.Of(p.uids[key], testShards)
 		lease := fmt.Sprintf("lease-shard-%d-of-%d", i, testShards)
 		holder := holderOf(p.t, p.kube, lease)
@@ -184,8 +185,8 @@ func (p *patchLog) violations() []string {
 
 func shardedConfig(kube *fake.Clientset, id string) quietpatch.Config {
 	return quietpatch.Config{
-		Options: statuspatch.Options{Name: "test", Interval: 200 * time.Millisecond},
-		Leases:  kube.CoordinationV1(),
+		Name: "test", Interval: 200 * time.Millisecond,
+		Leases: kube.CoordinationV1(),
 		Lease: leader.Config{Namespace: "ns", Name: "lease", Identity: id,
 			LeaseDuration: 2 * time.Second, RenewGrace: time.Second, RetryPeriod: 50 * time.Millisecond},
 		Shards: testShards,
@@ -312,7 +313,7 @@ func TestControllerIsOneShard(t *testing.T) {
 	cfg := shardedConfig(kube, "a")
 	cfg.Shards = 0
 	var r quietpatch.Runner
-	r, err := quietpatch.New(source.FromInformer[*corev1.ConfigMap](inf), configMapComputer, statuspatch.PatcherFunc[string](func(_ context.Context, key string) error {
+	r, err := quietpatch.New(source.FromInformer[*corev1.ConfigMap](inf), configMapComputer, pipeline.PatcherFunc[string](func(_ context.Context, key string) error {
 		mu.Lock()
 		defer mu.Unlock()
 		patched[key] = true
@@ -354,14 +355,13 @@ func TestControllerIsOneShard(t *testing.T) {
 func TestNewShardedRejectsInvalidConfig(t *testing.T) {
 	kube := leaseAPI()
 	lw, _ := configMapLW(t, 1)
-	nop := statuspatch.PatcherFunc[string](func(context.Context, string) error { return nil })
+	nop := pipeline.PatcherFunc[string](func(context.Context, string) error { return nil })
 	for _, tc := range []struct {
 		label  string
 		mutate func(*quietpatch.Config)
 		lw     cache.ListerWatcher
 		field  string
 	}{
-		{"observer with shards", func(c *quietpatch.Config) { c.Leases, c.Observer = nil, staticObserver{} }, lw, "Observer"},
 		{"too many shards", func(c *quietpatch.Config) { c.Shards = shard.MaxShards + 1 }, lw, "Shards"},
 		{"negative shards", func(c *quietpatch.Config) { c.Shards = -1 }, lw, "Shards"},
 		{"no shards: New's", func(c *quietpatch.Config) { c.Shards = 0 }, lw, "Shards"},

@@ -2,7 +2,6 @@ package leader
 
 import (
 	"cmp"
-	"fmt"
 
 	"github.com/quietpatch/quietpatch/internal/base"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
@@ -32,7 +31,7 @@ func NewLeaseClient(cfg *rest.Config) (coordinationv1client.CoordinationV1Interf
 	c.UserAgent = cmp.Or(c.UserAgent, rest.DefaultKubernetesUserAgent()) + " " + leaseUserAgent
 	lc, err := coordinationv1client.NewForConfig(c)
 	if err != nil {
-		return nil, fmt.Errorf("leader: building the Lease client: %w", err)
+		return nil, &base.ConfigError{Field: "cfg", Reason: "cannot build a Lease client: " + err.Error()}
 	}
 	return lc, nil
 }

@@ -40,11 +40,13 @@ type ApplyPatch struct {
 
 // NewApplyPatch builds an [ApplyPatch] of obj's status from the status
 // value (anything encoding/json marshals to a JSON object, holding only the
-// writer's own fields), taking the namespace and name from obj.
+// writer's own fields), taking the namespace and name from obj. A nil obj,
+// or a status that does not marshal to a JSON object, is rejected with a
+// *quietpatch.ConfigError naming it.
 func NewApplyPatch(obj metav1.Object, status any) (ApplyPatch, error) {
-	raw, err := json.Marshal(status)
+	raw, err := marshalStatus(obj, status)
 	if err != nil {
-		return ApplyPatch{}, fmt.Errorf("statuspatch: marshal status of %s/%s: %w", obj.GetNamespace(), obj.GetName(), err)
+		return ApplyPatch{}, err
 	}
 	return ApplyPatch{Namespace: obj.GetNamespace(), Name: obj.GetName(), Status: raw}, nil
 }

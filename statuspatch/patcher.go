@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 
 	"github.com/quietpatch/quietpatch/internal/base"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -96,11 +97,13 @@ type MergePatch struct {
 
 // NewMergePatch builds a [MergePatch] of obj's status from the status value
 // (anything encoding/json marshals to a JSON object), taking the namespace,
-// name and resourceVersion from obj.
+// name and resourceVersion from obj. A nil obj, or a status that does not
+// marshal to a JSON object, is rejected with a *quietpatch.ConfigError
+// naming it.
 func NewMergePatch(obj metav1.Object, status any) (MergePatch, error) {
-	raw, err := json.Marshal(status)
+	raw, err := marshalStatus(obj, status)
 	if err != nil {
-		return MergePatch{}, fmt.Errorf("statuspatch: marshal status of %s/%s: %w", obj.GetNamespace(), obj.GetName(), err)
+		return MergePatch{}, err
 	}
 	return MergePatch{
 		Namespace:       obj.GetNamespace(),
@@ -108,6 +111,23 @@ func NewMergePatch(obj metav1.Object, status any) (MergePatch, error) {
 		ResourceVersion: obj.GetResourceVersion(),
 		Status:          raw,
 	}, nil
+}
+
+// marshalStatus returns the JSON of status for a patch of obj; a nil obj,
+// or a status that does not marshal to a JSON object, is a
+// *quietpatch.ConfigError.
+func marshalStatus(obj metav1.Object, status any) (json.RawMessage, error) {
+	if obj == nil || reflect.ValueOf(obj).Kind() == reflect.Pointer && reflect.ValueOf(obj).IsNil() {
+		return nil, &base.ConfigError{Field: "obj", Reason: "must not be nil"}
+	}
+	raw, err := json.Marshal(status)
+	if err != nil {
+		return nil, &base.ConfigError{Field: "status", Reason: fmt.Sprintf("of %s/%s does not marshal to JSON: %v", obj.GetNamespace(), obj.GetName(), err)}
+	}
+	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
+		return nil, &base.ConfigError{Field: "status", Reason: fmt.Sprintf("of %s/%s must marshal to a JSON object, got %.40s", obj.GetNamespace(), obj.GetName(), t)}
+	}
+	return raw, nil
 }
 
 // Body returns the request body:
