@@ -14,6 +14,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/quietpatch/quietpatch/ewma"
+	"github.com/quietpatch/quietpatch/internal/base"
 )
 
 func TestMain(m *testing.M) {
@@ -47,39 +48,32 @@ type op int
 const (
 	read op = iota
 	update
-	add
 )
 
 func (o op) String() string {
-	return [...]string{"read", "update", "add"}[o]
+	return [...]string{"read", "update"}[o]
 }
 
 // step is one operation on a gauge and the Peak-EWMA read right after it,
-// at the same time.
+// at the same time. (The value held, Last, and changes by a delta are
+// checked on the arithmetic itself, in internal/peak.)
 type step struct {
-	label    string
-	op       op
-	at       time.Duration // since t0
-	v        float64       // the value for update, the delta for add
-	want     float64       // ValueAt(at) after the operation
-	wantLast float64       // Last() after the operation
+	label string
+	op    op
+	at    time.Duration // since t0
+	v     float64       // the value for update
+	want  float64       // ValueAt(at) after the operation
 }
 
 // runSteps applies steps to g in order and checks every read.
 func runSteps(t *testing.T, g *ewma.Gauge, steps []step) {
 	t.Helper()
 	for i, s := range steps {
-		switch s.op {
-		case update:
+		if s.op == update {
 			g.UpdateAt(at(s.at), s.v)
-		case add:
-			g.AddAt(at(s.at), s.v)
 		}
 		if got := g.ValueAt(at(s.at)); !approx(got, s.want) {
 			t.Errorf("step %d %q (%v %v at t0+%v): ValueAt = %.17g, want %.17g", i, s.label, s.op, s.v, s.at, got, s.want)
-		}
-		if got := g.Last(); got != s.wantLast {
-			t.Errorf("step %d %q: Last = %v, want %v", i, s.label, got, s.wantLast)
 		}
 	}
 }
@@ -92,33 +86,33 @@ func TestStepFunction(t *testing.T) {
 	g, _ := newGauge(t, s)
 	runSteps(t, g, []step{
 		// Nothing set yet: A = 0, q = 0.
-		{label: "before any update", op: read, at: 0, want: 0, wantLast: 0},
+		{label: "before any update", op: read, at: 0, want: 0},
 		// The first update folds 0 into 0, then peaks: A = max(0, 4) = 4.
-		{label: "first update peaks to 4", op: update, at: 0, v: 4, want: 4, wantLast: 4},
+		{label: "first update peaks to 4", op: update, at: 0, v: 4, want: 4},
 		// q = A = 4: 4 + (4−4)·e⁻¹ = 4.
-		{label: "held at its average", op: read, at: 1 * s, want: 4, wantLast: 4},
+		{label: "held at its average", op: read, at: 1 * s, want: 4},
 		// Fold 4 held for 1 s into A = 4: 4. No peak (0 < 4): A = 4, q = 0.
-		{label: "drop to 0", op: update, at: 1 * s, v: 0, want: 4, wantLast: 0},
+		{label: "drop to 0", op: update, at: 1 * s, v: 0, want: 4},
 		// 0 + (4−0)·e⁻¹ = 4·0.36787944117144233.
-		{label: "1τ at 0", op: read, at: 2 * s, want: 1.4715177646857693, wantLast: 0},
+		{label: "1τ at 0", op: read, at: 2 * s, want: 1.4715177646857693},
 		// 0 + 4·e⁻⁴.
-		{label: "4τ at 0", op: read, at: 5 * s, want: 0.07326255555493671, wantLast: 0},
+		{label: "4τ at 0", op: read, at: 5 * s, want: 0.07326255555493671},
 		// Reads change nothing: back at 2 s it is still 4·e⁻¹.
-		{label: "reads do not mutate", op: read, at: 2 * s, want: 1.4715177646857693, wantLast: 0},
+		{label: "reads do not mutate", op: read, at: 2 * s, want: 1.4715177646857693},
 		// Fold: A = 4·e⁻¹ ≈ 1.47 < 2, so the peak step sets A = 2.
-		{label: "rise above the average", op: update, at: 2 * s, v: 2, want: 2, wantLast: 2},
+		{label: "rise above the average", op: update, at: 2 * s, v: 2, want: 2},
 		// Fold 2 held for 1 s into A = 2: 2. No peak (1 < 2): A = 2, q = 1.
-		{label: "fall to 1", op: update, at: 3 * s, v: 1, want: 2, wantLast: 1},
+		{label: "fall to 1", op: update, at: 3 * s, v: 1, want: 2},
 		// 1 + (2−1)·e^(−½) = 1 + 0.6065306597126334.
-		{label: "τ/2 at 1", op: read, at: 3500 * time.Millisecond, want: 1.6065306597126334, wantLast: 1},
-		// Fold: A = 1.6065306597126334; q + 0.5 = 1.5 < A: no peak step.
-		{label: "add +0.5 below the average", op: add, at: 3500 * time.Millisecond, v: 0.5, want: 1.6065306597126334, wantLast: 1.5},
+		{label: "τ/2 at 1", op: read, at: 3500 * time.Millisecond, want: 1.6065306597126334},
+		// Fold: A = 1.6065306597126334; 1.5 < A: no peak step.
+		{label: "rise to 1.5 below the average", op: update, at: 3500 * time.Millisecond, v: 1.5, want: 1.6065306597126334},
 		// 1.5 + (1.6065306597126334−1.5)·e⁻¹ = 1.5 + 0.1065306597126334·0.36787944117144233.
-		{label: "1τ at 1.5", op: read, at: 4500 * time.Millisecond, want: 1.5391904395627087, wantLast: 1.5},
-		// Fold as the read above; q = 1.5 − 1.5 = 0 is below A.
-		{label: "add −1.5 back to 0", op: add, at: 4500 * time.Millisecond, v: -1.5, want: 1.5391904395627087, wantLast: 0},
+		{label: "1τ at 1.5", op: read, at: 4500 * time.Millisecond, want: 1.5391904395627087},
+		// Fold as the read above; q = 0 is below A.
+		{label: "back to 0", op: update, at: 4500 * time.Millisecond, v: 0, want: 1.5391904395627087},
 		// 0 + 1.5391904395627087·e⁻² = 1.5391904395627087·0.1353352832366127.
-		{label: "2τ at 0", op: read, at: 6500 * time.Millisecond, want: 0.20830677409330559, wantLast: 0},
+		{label: "2τ at 0", op: read, at: 6500 * time.Millisecond, want: 0.20830677409330559},
 	})
 }
 
@@ -146,8 +140,9 @@ func TestNew(t *testing.T) {
 			if g != nil {
 				t.Errorf("New(%v) returned a gauge with an error", tc.tau)
 			}
-			if !errors.Is(err, ewma.ErrInvalidTau) {
-				t.Fatalf("New(%v) error = %v, want ErrInvalidTau", tc.tau, err)
+			var ce *base.ConfigError
+			if !errors.As(err, &ce) || ce.Field != "tau" || !errors.Is(err, base.ErrInvalidConfig) {
+				t.Fatalf("New(%v) error = %v, want a *ConfigError naming tau", tc.tau, err)
 			}
 			if msg := err.Error(); !strings.Contains(msg, "tau") || !strings.Contains(msg, tc.tau.String()) {
 				t.Errorf("New(%v) error %q does not name the field tau and the value %v", tc.tau, msg, tc.tau)
@@ -167,11 +162,11 @@ func TestPeakAndDecay(t *testing.T) {
 		t.Fatalf("idle at 0: ValueAt = %v, want 0", got)
 	}
 	// A burst of 100 arrives and drains at one instant.
-	g.AddAt(at(quiet), 100)
+	g.UpdateAt(at(quiet), 100)
 	if got := g.ValueAt(at(quiet)); got != 100 {
 		t.Errorf("at the burst: ValueAt = %v, want the peak 100", got)
 	}
-	g.AddAt(at(quiet), -100)
+	g.UpdateAt(at(quiet), 0)
 	if got := g.ValueAt(at(quiet)); got != 100 {
 		t.Errorf("drained at the same instant: ValueAt = %v, want still 100", got)
 	}
@@ -200,16 +195,9 @@ func TestClockBackwards(t *testing.T) {
 		{label: "UpdateAt", apply: func(g *ewma.Gauge, _ *testingclock.FakeClock) {
 			g.UpdateAt(at(5*s), 0)
 		}},
-		{label: "AddAt", apply: func(g *ewma.Gauge, _ *testingclock.FakeClock) {
-			g.AddAt(at(5*s), -2)
-		}},
 		{label: "Update with the clock set back", apply: func(g *ewma.Gauge, clk *testingclock.FakeClock) {
 			clk.SetTime(at(5 * s))
 			g.Update(0)
-		}},
-		{label: "Add with the clock set back", apply: func(g *ewma.Gauge, clk *testingclock.FakeClock) {
-			clk.SetTime(at(5 * s))
-			g.Add(-2)
 		}},
 	} {
 		t.Run(tc.label, func(t *testing.T) {
@@ -218,16 +206,14 @@ func TestClockBackwards(t *testing.T) {
 			g.Update(2) // A = 2, q = 2, last = 10 s
 			tc.apply(g, clk)
 			// Back in time: no fold, no peak (0 < 2): A = 2, q = 0.
-			if got := g.Last(); got != 0 {
-				t.Errorf("Last = %v, want 0", got)
-			}
 			// Reads before the latest update see no time passed.
 			for _, d := range []time.Duration{3 * s, 5 * s, 10 * s} {
 				if got := g.ValueAt(at(d)); got != 2 {
 					t.Errorf("ValueAt(t0+%v) = %v, want 2", d, got)
 				}
 			}
-			// last stayed at 10 s: 2·e⁻¹ at 11 s (2·e⁻⁶ had it moved to 5 s).
+			// q = 0 and last stayed at 10 s: 2·e⁻¹ at 11 s (2·e⁻⁶ had it
+			// moved to 5 s, 2 had q stayed at 2).
 			if got, want := g.ValueAt(at(11*s)), 0.7357588823428847; !approx(got, want) {
 				t.Errorf("ValueAt(t0+11s) = %v, want 2·e⁻¹ = %v", got, want)
 			}
@@ -250,19 +236,16 @@ func TestIgnoredInput(t *testing.T) {
 		{label: "update NaN", apply: func(g *ewma.Gauge) { g.UpdateAt(at(5*s), math.NaN()) }},
 		{label: "update +Inf", apply: func(g *ewma.Gauge) { g.UpdateAt(at(5*s), math.Inf(1)) }},
 		{label: "update -Inf", apply: func(g *ewma.Gauge) { g.UpdateAt(at(5*s), math.Inf(-1)) }},
-		{label: "add NaN", apply: func(g *ewma.Gauge) { g.AddAt(at(5*s), math.NaN()) }},
-		{label: "add +Inf", apply: func(g *ewma.Gauge) { g.AddAt(at(5*s), math.Inf(1)) }},
-		{label: "add -Inf", apply: func(g *ewma.Gauge) { g.AddAt(at(5*s), math.Inf(-1)) }},
+		{label: "update NaN now", apply: func(g *ewma.Gauge) { g.Update(math.NaN()) }},
+		{label: "update +Inf now", apply: func(g *ewma.Gauge) { g.Update(math.Inf(1)) }},
 	} {
 		t.Run(tc.label, func(t *testing.T) {
 			g, _ := newGauge(t, s)
 			g.UpdateAt(at(0), 4)
 			g.UpdateAt(at(1*s), 0) // A = 4, q = 0, last = 1 s
 			tc.apply(g)
-			if got := g.Last(); got != 0 {
-				t.Errorf("Last = %v, want 0", got)
-			}
-			// Still 4·e⁻² at 3 s: last is still 1 s (4 had it moved to 5 s).
+			// Still 4·e⁻² at 3 s: q is still 0 and last still 1 s (4 had
+			// it moved to 5 s).
 			if got, want := g.ValueAt(at(3*s)), 0.5413411329464508; !approx(got, want) {
 				t.Errorf("ValueAt(t0+3s) = %v, want 4·e⁻² = %v", got, want)
 			}
@@ -270,19 +253,12 @@ func TestIgnoredInput(t *testing.T) {
 	}
 }
 
-// TestAddOverflow: an Add whose sum is not finite is ignored, and folds of
-// values near ±MaxFloat64 stay finite.
-func TestAddOverflow(t *testing.T) {
+// TestExtremeValues: folds of values near ±MaxFloat64 stay finite. (Sums
+// that overflow are checked on the arithmetic, in internal/peak.)
+func TestExtremeValues(t *testing.T) {
 	g, _ := newGauge(t, time.Second)
-	g.AddAt(at(0), math.MaxFloat64)
-	g.AddAt(at(0), math.MaxFloat64) // +Inf: ignored
-	if got := g.Last(); got != math.MaxFloat64 {
-		t.Errorf("Last = %v, want MaxFloat64", got)
-	}
-	g.AddAt(at(0), -math.MaxFloat64)
-	if got := g.Last(); got != 0 {
-		t.Errorf("Last = %v, want 0 after +Max, (ignored) +Max, −Max", got)
-	}
+	g.UpdateAt(at(0), math.MaxFloat64)
+	g.UpdateAt(at(0), 0)
 	if got := g.ValueAt(at(0)); got != math.MaxFloat64 {
 		t.Errorf("ValueAt = %v, want the peak MaxFloat64", got)
 	}
@@ -301,11 +277,11 @@ func TestNegativeValues(t *testing.T) {
 	g, _ := newGauge(t, s)
 	runSteps(t, g, []step{
 		// The first update folds 0 into 0; −2 < 0: no peak. A = 0, q = −2.
-		{label: "first update below 0", op: update, at: 0, v: -2, want: 0, wantLast: -2},
+		{label: "first update below 0", op: update, at: 0, v: -2, want: 0},
 		// −2 + (0−(−2))·e⁻¹ = −2·(1 − e⁻¹).
-		{label: "1τ at −2", op: read, at: 1 * s, want: -1.2642411176571153, wantLast: -2},
+		{label: "1τ at −2", op: read, at: 1 * s, want: -1.2642411176571153},
 		// Fold as above; 1 > A: peak step to 1.
-		{label: "rise to 1", op: add, at: 1 * s, v: 3, want: 1, wantLast: 1},
+		{label: "rise to 1", op: update, at: 1 * s, v: 1, want: 1},
 	})
 }
 
@@ -324,12 +300,9 @@ func TestZeroGauge(t *testing.T) {
 	if got := g.ValueAt(t0.Add(time.Nanosecond)); got != 1 {
 		t.Errorf("ValueAt 1ns later = %v, want 1", got)
 	}
-	if got := g.Last(); got != 1 {
-		t.Errorf("Last = %v, want 1", got)
-	}
-	g.Add(4) // on the real clock, long after t0
+	g.Update(5) // on the real clock, long after t0
 	if got := g.Value(); got != 5 {
-		t.Errorf("Value after Add(4) on the real clock = %v, want 5", got)
+		t.Errorf("Value after Update(5) on the real clock = %v, want 5", got)
 	}
 }
 
@@ -354,7 +327,7 @@ func TestRealClock(t *testing.T) {
 			if got := g.Value(); got != 3 {
 				t.Errorf("Value = %v, want 3", got)
 			}
-			g.Add(-3)
+			g.Update(0)
 			// Decays from 3 towards 0 with τ = 1 h: above 2.9 for 2 min.
 			if got := g.Value(); got <= 2.9 || got > 3 {
 				t.Errorf("Value just after dropping to 0 = %v, want in (2.9, 3]", got)
@@ -377,15 +350,17 @@ func TestRealClock(t *testing.T) {
 }
 
 // TestConcurrent runs writers and readers at once (meant for -race). Each
-// writer adds 1 and removes it again, so the depth stays in [0, writers], and
-// every read must be there too; a lost update would leave Last ≠ 0.
+// writer sets its own value in [1, writers] and then 0 again, so the value
+// stays in [0, writers], and every read must be there too; once all
+// writers are done the value held is 0, whichever wrote last.
 func TestConcurrent(t *testing.T) {
 	const (
 		writers = 4
 		readers = 2
 		rounds  = 2000
+		tau     = 10 * time.Millisecond
 	)
-	g, err := ewma.New(10*time.Millisecond, nil)
+	g, err := ewma.New(tau, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,9 +373,8 @@ func TestConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for {
 				stop := done.Load()
-				v, last := g.Value(), g.Last()
-				if !(v >= 0 && v <= writers) || !(last >= 0 && last <= writers) {
-					badRead.Store([2]float64{v, last})
+				if v := g.Value(); !(v >= 0 && v <= writers) {
+					badRead.Store(v)
 				}
 				if stop {
 					return
@@ -412,12 +386,12 @@ func TestConcurrent(t *testing.T) {
 	for i := range writers {
 		writersWG.Go(func() {
 			for range rounds {
-				g.Add(1)
+				g.Update(float64(i + 1))
 				if i == 0 {
 					// An explicit time in the past must not disturb others.
-					g.AddAt(t0, 0)
+					g.UpdateAt(t0, 0)
 				}
-				g.Add(-1)
+				g.Update(0)
 			}
 		})
 	}
@@ -425,38 +399,10 @@ func TestConcurrent(t *testing.T) {
 	done.Store(true)
 	wg.Wait()
 	if b := badRead.Load(); b != nil {
-		t.Errorf("a reader saw (Value, Last) = %v, want both in [0, %d]", b, writers)
+		t.Errorf("a reader saw Value = %v, want it in [0, %d]", b, writers)
 	}
-	if got := g.Last(); got != 0 {
-		t.Errorf("Last after all writers = %v, want 0 (lost update)", got)
-	}
-}
-
-// A Peak is the Gauge's arithmetic as a value: the same updates give the
-// same reads, and an update returns a new Peak without changing the old.
-func TestPeakIsTheGaugeAsAValue(t *testing.T) {
-	t0 := time.Date(2026, time.March, 1, 12, 0, 0, 0, time.UTC)
-	g, err := ewma.New(time.Second, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := ewma.NewPeak(time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, v := range []float64{3, 1, 7, 0, 2} {
-		at := t0.Add(time.Duration(i) * 700 * time.Millisecond)
-		g.UpdateAt(at, v)
-		before := p
-		p = p.UpdateAt(at, v)
-		if i > 0 && before.Last() == v {
-			t.Fatalf("update %d changed the Peak it was called on", i)
-		}
-		if read := at.Add(300 * time.Millisecond); p.ValueAt(read) != g.ValueAt(read) || p.Last() != g.Last() {
-			t.Fatalf("update %d: Peak reads %v (last %v), Gauge %v (last %v)", i, p.ValueAt(read), p.Last(), g.ValueAt(read), g.Last())
-		}
-	}
-	if _, err := ewma.NewPeak(0); !errors.Is(err, ewma.ErrInvalidTau) {
-		t.Errorf("NewPeak(0) = %v, want ErrInvalidTau", err)
+	// 0 held for 100τ: what remains of the peaks is below writers·e⁻¹⁰⁰.
+	if got := g.ValueAt(time.Now().Add(100 * tau)); got > writers*math.Exp(-100) {
+		t.Errorf("ValueAt 100τ after all writers = %v, want about 0 (the value held is not 0)", got)
 	}
 }
