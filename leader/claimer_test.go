@@ -11,12 +11,14 @@ import (
 	"time"
 
 	"github.com/quietpatch/quietpatch/internal/base"
+	"github.com/quietpatch/quietpatch/internal/leases"
 	coordv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	k8stesting "k8s.io/client-go/testing"
 )
 
@@ -81,7 +83,7 @@ func TestCreateWhenMissing(t *testing.T) {
 	if !a.c.Current().IsCurrentFor("a", h.clk.Now()) {
 		t.Error("a does not see itself as holder")
 	}
-	if err := a.c.Healthy(); err != nil {
+	if err := a.c.Ready(); err != nil {
 		t.Errorf("Ready = %v, want nil", err)
 	}
 	if got := a.wake(); got != 5*time.Second {
@@ -95,7 +97,7 @@ func TestAcquire(t *testing.T) {
 		spec       coordv1.LeaseSpec
 		wantBefore Claim         // what a sees before it may acquire
 		acquireAt  time.Duration // when a acquires
-		seenAgo    time.Duration // Config.Seen: the process saw this state so long before t0
+		seenAgo    time.Duration // leases.Checked.Seen: the process saw this state so long before t0
 		seenOther  bool          // … but at another resourceVersion
 	}{
 		{
@@ -161,16 +163,23 @@ func TestAcquire(t *testing.T) {
 			h := newHarness(t)
 			h.api.put(t, tc.spec)
 			cfg := h.config("a")
+			var client coordinationv1client.LeasesGetter = h.api.cs.CoordinationV1()
 			if tc.seenAgo > 0 {
+				// The shard group tells a claimer when it first saw a
+				// Lease through the client it hands it.
 				rv := h.api.get(t).ResourceVersion
 				if tc.seenOther {
 					rv += "0"
 				}
-				cfg.Seen = func(name, v string) (time.Time, bool) {
+				client = leases.Checked{LeasesGetter: client, Seen: func(name, v string) (time.Time, bool) {
 					return t0.Add(-tc.seenAgo), name == cfg.Name && v == rv
-				}
+				}}
 			}
-			a := h.start(cfg)
+			c, err := NewClaimer(client, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := h.run(c)
 			h.settle()
 			if tc.acquireAt > 0 {
 				holder := *tc.spec.HolderIdentity
@@ -255,7 +264,7 @@ func TestRenewFailsUntilExpiry(t *testing.T) {
 				if !a.c.Current().IsCurrentFor("a", h.clk.Now()) {
 					t.Fatalf("t0+%v: a lost the claim before it ran out", h.since())
 				}
-				if err := a.c.Healthy(); err != nil {
+				if err := a.c.Ready(); err != nil {
 					t.Fatalf("t0+%v: Ready = %v during transient errors", h.since(), err)
 				}
 			}
@@ -266,7 +275,7 @@ func TestRenewFailsUntilExpiry(t *testing.T) {
 			if a.c.Current().IsCurrentFor("a", h.clk.Now()) {
 				t.Fatal("a still holds after its claim ran out")
 			}
-			if err := a.c.Healthy(); err != nil {
+			if err := a.c.Ready(); err != nil {
 				t.Fatalf("Ready = %v: transient errors must not stop Run", err)
 			}
 
@@ -400,8 +409,8 @@ func TestVacateOnCancel(t *testing.T) {
 	if n := h.logs.count("ERROR"); n != 0 {
 		t.Errorf("%d error records for a clean shutdown", n)
 	}
-	if err := a.c.Healthy(); !errors.Is(err, ErrStopped) || !errors.Is(err, context.Canceled) {
-		t.Errorf("Ready = %v, want ErrStopped and context.Canceled", err)
+	if err := a.c.Ready(); !errors.Is(err, ErrNotRunning) || !errors.Is(err, context.Canceled) {
+		t.Errorf("Ready = %v, want ErrNotRunning and context.Canceled", err)
 	}
 	// b learns of the vacated lease through its watch and takes it at once,
 	// without waiting for a's claim to run out and without the clock moving.
@@ -492,11 +501,12 @@ func TestRelinquish(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctx := context.Background()
-		if err := c.Relinquish(ctx, time.Second); !errors.Is(err, ErrNotStarted) {
-			t.Errorf("before Run: %v, want ErrNotStarted", err)
+		if err := c.Relinquish(ctx, time.Second); !errors.Is(err, ErrNotRunning) || !strings.Contains(err.Error(), "Run not called") {
+			t.Errorf("before Run: %v, want ErrNotRunning, Run not called", err)
 		}
-		if err := c.Relinquish(ctx, -time.Second); !errors.Is(err, ErrNegativeBackoff) {
-			t.Errorf("negative: %v, want ErrNegativeBackoff", err)
+		var ce *base.ConfigError
+		if err := c.Relinquish(ctx, -time.Second); !errors.As(err, &ce) || ce.Field != "backoff" || !errors.Is(err, base.ErrInvalidConfig) {
+			t.Errorf("negative: %v, want a ConfigError naming backoff", err)
 		}
 		r := h.run(c)
 		h.settle()
@@ -508,8 +518,8 @@ func TestRelinquish(t *testing.T) {
 		if err := r.stop(); !errors.Is(err, context.Canceled) {
 			t.Fatalf("Run = %v", err)
 		}
-		if err := c.Relinquish(ctx, time.Second); !errors.Is(err, ErrStopped) {
-			t.Errorf("after Run: %v, want ErrStopped", err)
+		if err := c.Relinquish(ctx, time.Second); !errors.Is(err, ErrNotRunning) || !strings.Contains(err.Error(), "Run returned") {
+			t.Errorf("after Run: %v, want ErrNotRunning, Run returned", err)
 		}
 	})
 }
@@ -596,8 +606,8 @@ func TestPermanentErrorsEndRun(t *testing.T) {
 			if !tc.wantIs(err) {
 				t.Fatalf("Run = %v, want a matching error", err)
 			}
-			if rerr := a.c.Healthy(); !errors.Is(rerr, ErrStopped) || !tc.wantIs(rerr) {
-				t.Errorf("Ready = %v, want ErrStopped wrapping Run's error", rerr)
+			if rerr := a.c.Ready(); !errors.Is(rerr, ErrNotRunning) || !tc.wantIs(rerr) {
+				t.Errorf("Ready = %v, want ErrNotRunning wrapping Run's error", rerr)
 			}
 			if a.c.Current().IsCurrentFor("a", h.clk.Now()) {
 				t.Errorf("a still reports itself as holder after Run failed: %+v", a.c.Current())
@@ -817,7 +827,7 @@ func TestWatch(t *testing.T) {
 				h.stepTo(tc.acquireAt)
 			}
 			checkStored(t, h, "a", 5)
-			if err := a.c.Healthy(); err != nil {
+			if err := a.c.Ready(); err != nil {
 				t.Errorf("Ready = %v", err)
 			}
 			// The watch goroutine is not synchronised with the loop: wait for
@@ -919,15 +929,15 @@ func TestRunTwiceAndReadiness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Healthy(); !errors.Is(err, ErrNotStarted) {
-		t.Errorf("Ready before Run = %v, want ErrNotStarted", err)
+	if err := c.Ready(); !errors.Is(err, ErrNotRunning) || !strings.Contains(err.Error(), "Run not called") {
+		t.Errorf("Ready before Run = %v, want ErrNotRunning, Run not called", err)
 	}
 	if c.Identity() != "a" {
 		t.Errorf("Identity = %q", c.Identity())
 	}
 	r := h.run(c)
 	h.settle()
-	if err := c.Healthy(); err != nil {
+	if err := c.Ready(); err != nil {
 		t.Errorf("Ready while running = %v", err)
 	}
 	if err := c.Run(context.Background()); !errors.Is(err, base.ErrAlreadyStarted) {
@@ -935,6 +945,9 @@ func TestRunTwiceAndReadiness(t *testing.T) {
 	}
 	if err := r.stop(); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v", err)
+	}
+	if err := c.Ready(); !errors.Is(err, ErrNotRunning) || !errors.Is(err, context.Canceled) {
+		t.Errorf("Ready after Run = %v, want ErrNotRunning wrapping Run's error", err)
 	}
 	if err := c.Run(context.Background()); !errors.Is(err, base.ErrAlreadyStarted) {
 		t.Errorf("Run after stop = %v, want base.ErrAlreadyStarted", err)
@@ -996,7 +1009,7 @@ func TestRefusalsThatPassDoNotEndRun(t *testing.T) {
 			if !a.c.Current().IsCurrentFor("a", h.clk.Now()) {
 				t.Fatalf("a did not acquire after the refusals passed: %+v", a.c.Current())
 			}
-			if err := a.c.Healthy(); err != nil {
+			if err := a.c.Ready(); err != nil {
 				t.Errorf("Ready = %v, want nil", err)
 			}
 		})

@@ -32,7 +32,10 @@ func leasesFor(t *testing.T, cfg *rest.Config) coordinationv1client.Coordination
 	return cs.CoordinationV1()
 }
 
-func TestCheckLeaseClient(t *testing.T) {
+// NewClaimer rejects a Lease client whose rate limiter would hold Lease
+// requests back, as internal/leases.Check sizes it (its test has the
+// warnings); NewLeaseClient builds one without.
+func TestNewClaimerChecksTheLeaseClient(t *testing.T) {
 	host := "https://127.0.0.1:1" // never contacted
 	own, err := NewLeaseClient(&rest.Config{Host: host, QPS: 5, Burst: 10, UserAgent: "ctl"})
 	if err != nil {
@@ -42,38 +45,51 @@ func TestCheckLeaseClient(t *testing.T) {
 		t.Errorf("NewLeaseClient: rate limiter %T, want none", lim)
 	}
 	cases := []struct {
-		name    string
-		client  coordinationv1client.LeasesGetter
-		reject  bool
-		warning bool
+		name   string
+		client coordinationv1client.LeasesGetter
+		reject bool
 	}{
-		{"NewLeaseClient", own, false, false},
-		{"QPS 5", leasesFor(t, &rest.Config{Host: host, QPS: 5, Burst: 10}), true, false},
-		{"QPS 0: client-go's default of 5", leasesFor(t, &rest.Config{Host: host}), true, false},
-		{"QPS -1", leasesFor(t, &rest.Config{Host: host, QPS: -1}), false, false},
-		{"an always-accepting limiter", leasesFor(t, &rest.Config{Host: host, RateLimiter: flowcontrol.NewFakeAlwaysRateLimiter()}), false, false},
-		{"a limiter of another kind", leasesFor(t, &rest.Config{Host: host, RateLimiter: slowLimiter{flowcontrol.NewTokenBucketRateLimiter(1, 1)}}), false, true},
-		{"fake clientset", fake.NewClientset().CoordinationV1(), false, false},
+		{"NewLeaseClient", own, false},
+		{"QPS 5", leasesFor(t, &rest.Config{Host: host, QPS: 5, Burst: 10}), true},
+		{"QPS 0: client-go's default of 5", leasesFor(t, &rest.Config{Host: host}), true},
+		{"QPS -1", leasesFor(t, &rest.Config{Host: host, QPS: -1}), false},
+		{"an always-accepting limiter", leasesFor(t, &rest.Config{Host: host, RateLimiter: flowcontrol.NewFakeAlwaysRateLimiter()}), false},
+		{"a limiter of another kind", leasesFor(t, &rest.Config{Host: host, RateLimiter: slowLimiter{flowcontrol.NewTokenBucketRateLimiter(1, 1)}}), false},
+		{"fake clientset", fake.NewClientset().CoordinationV1(), false},
 	}
 	for _, c := range cases {
-		err := CheckLeaseClient(c.client)
+		cfg := Config{Namespace: "ns", Name: "l", Identity: "a"}
+		_, err := NewClaimer(c.client, cfg)
 		var ce *base.ConfigError
 		switch {
 		case c.reject && (!errors.As(err, &ce) || ce.Field != "Leases" || !strings.Contains(ce.Reason, "leader.NewLeaseClient(restConfig)")):
-			t.Errorf("%s: CheckLeaseClient = %v, want a ConfigError naming Leases and NewLeaseClient", c.name, err)
+			t.Errorf("%s: NewClaimer = %v, want a ConfigError naming Leases and NewLeaseClient", c.name, err)
 		case !c.reject && err != nil:
-			t.Errorf("%s: CheckLeaseClient = %v", c.name, err)
-		}
-		if w := unsizedLimiter(c.client); (w != "") != c.warning {
-			t.Errorf("%s: unsized limiter %q, want one: %v", c.name, w, c.warning)
-		}
-		cfg := Config{Namespace: "ns", Name: "l", Identity: "a"}
-		if _, err := NewClaimer(c.client, cfg); (err != nil) != c.reject {
-			t.Errorf("%s: NewClaimer = %v, want rejected: %v", c.name, err, c.reject)
+			t.Errorf("%s: NewClaimer = %v", c.name, err)
 		}
 	}
-	if _, err := NewLeaseClient(nil); !errors.Is(err, base.ErrInvalidConfig) {
-		t.Errorf("NewLeaseClient(nil) = %v", err)
+	var ce *base.ConfigError
+	if _, err := NewLeaseClient(nil); !errors.Is(err, base.ErrInvalidConfig) || !errors.As(err, &ce) || ce.Field != "cfg" {
+		t.Errorf("NewLeaseClient(nil) = %v, want a ConfigError naming cfg", err)
+	}
+}
+
+// NewClaimer rejects a nil client, an interface holding a nil pointer too,
+// with a ConfigError naming client.
+func TestNewClaimerNilClient(t *testing.T) {
+	cfg := Config{Namespace: "ns", Name: "l", Identity: "a"}
+	for _, tc := range []struct {
+		label  string
+		client coordinationv1client.LeasesGetter
+	}{
+		{"nil", nil},
+		{"nil pointer", (*coordinationv1client.CoordinationV1Client)(nil)},
+	} {
+		c, err := NewClaimer(tc.client, cfg)
+		var ce *base.ConfigError
+		if c != nil || !errors.As(err, &ce) || ce.Field != "client" || !errors.Is(err, base.ErrInvalidConfig) {
+			t.Errorf("%s: NewClaimer = %v, %v; want a ConfigError naming client", tc.label, c, err)
+		}
 	}
 }
 
@@ -100,8 +116,8 @@ func TestNewLeaseClientUserAgent(t *testing.T) {
 	}
 }
 
-// A limiter of a kind CheckLeaseClient cannot size is named once, when Run
-// starts, with what to change.
+// A limiter of a kind internal/leases.Check cannot size is named once, when
+// Run starts, with what to change.
 func TestClaimerWarnsOnceOfAnUnknownLimiter(t *testing.T) {
 	var logs bytes.Buffer
 	client := leasesFor(t, &rest.Config{Host: "https://127.0.0.1:1", RateLimiter: slowLimiter{flowcontrol.NewTokenBucketRateLimiter(1, 1)}})

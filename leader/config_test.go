@@ -50,7 +50,7 @@ func TestConfigDefaults(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := c.Config()
+			got := c.cfg // what NewClaimer applied
 			for _, f := range []struct {
 				name      string
 				got, want time.Duration
@@ -103,7 +103,7 @@ func TestConfigRejected(t *testing.T) {
 			tc.mutate(&cfg)
 			c, err := NewClaimer(fake.NewSimpleClientset().CoordinationV1(), cfg)
 			if err == nil {
-				t.Fatalf("accepted: %+v", c.Config())
+				t.Fatalf("accepted: %+v", c.cfg)
 			}
 			if !errors.Is(err, base.ErrInvalidConfig) {
 				t.Errorf("error %v does not wrap base.ErrInvalidConfig", err)

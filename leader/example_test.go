@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/quietpatch/quietpatch/internal/base"
+	"github.com/quietpatch/quietpatch"
 	"github.com/quietpatch/quietpatch/leader"
 )
 
@@ -61,7 +61,7 @@ func ExampleNewClaimer_invalidConfig() {
 		RenewGrace:    20 * time.Second,
 	})
 	fmt.Println(err)
-	fmt.Println(errors.Is(err, base.ErrInvalidConfig))
+	fmt.Println(errors.Is(err, quietpatch.ErrInvalidConfig))
 	// Output:
 	// quietpatch: invalid config: RenewGrace must be < LeaseDuration (15s), got 20s
 	// true
@@ -103,7 +103,7 @@ func ExampleClaimer() {
 		return
 	}
 	fmt.Printf("holder after shutdown: %q, transitions %d\n", ptrOr(lease.Spec.HolderIdentity), *lease.Spec.LeaseTransitions)
-	fmt.Println("ready:", claimer.Healthy() == nil)
+	fmt.Println("ready:", claimer.Ready() == nil)
 	// Output:
 	// leading under epoch 1
 	// Run: context canceled
@@ -113,7 +113,7 @@ func ExampleClaimer() {
 
 // Ready serves a readiness probe: not ready before Run starts, nor after it
 // has returned (say, because RBAC forbids updating the Lease).
-func ExampleClaimer_Healthy() {
+func ExampleClaimer_Ready() {
 	client := fake.NewSimpleClientset()
 	claimer, err := leader.NewClaimer(client.CoordinationV1(), leader.Config{
 		Namespace: "default", Name: "my-controller", Identity: "replica-a",
@@ -123,16 +123,18 @@ func ExampleClaimer_Healthy() {
 		return
 	}
 	readyz := func(w http.ResponseWriter, _ *http.Request) {
-		if err := claimer.Healthy(); err != nil {
+		if err := claimer.Ready(); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")
 	}
 	http.NewServeMux().HandleFunc("/readyz", readyz)
-	fmt.Println(claimer.Healthy())
+	fmt.Println(claimer.Ready())
+	fmt.Println(errors.Is(claimer.Ready(), leader.ErrNotRunning))
 	// Output:
-	// leader: claimer not started
+	// leader: claimer not running: Run not called
+	// true
 }
 
 func ptrOr(s *string) string {
