@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/quietpatch/quietpatch"
+	"github.com/quietpatch/quietpatch/internal/pipeline"
 	"github.com/quietpatch/quietpatch/statuspatch"
 )
 
@@ -30,7 +31,7 @@ func TestNewRejectsAThrottledLeaseClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	kube := leaseAPI()
-	nop := statuspatch.PatcherFunc[string](func(context.Context, string) error { return nil })
+	nop := pipeline.PatcherFunc[string](func(context.Context, string) error { return nil })
 	cfg := baseConfig(kube)
 	cfg.Leases = cs.CoordinationV1()
 	_, err = quietpatch.New(newItems(1), itemComputer, nop, cfg)
@@ -54,7 +55,7 @@ func TestNewShardedRejectsAFieldManagerTooLongForTheLongestShardLease(t *testing
 	cfg.Shards = 12
 	// ns/lease-shard-11-of-12@<identity>: fits with shard 1's name, one
 	// character too many with shard 11's.
-	cfg.Lease.Identity = strings.Repeat("i", statuspatch.MaxFieldManager-len("ns/lease-shard-11-of-12@")+1)
+	cfg.Lease.Identity = strings.Repeat("i", 128-len("ns/lease-shard-11-of-12@")+1)
 	_, err := quietpatch.NewSharded(lw, configMapComputer, fencedStrings{}, cfg)
 	checkField(t, err, "Lease")
 	cfg.Lease.Identity = cfg.Lease.Identity[1:]

@@ -45,7 +45,8 @@ const depthTau = 10 * time.Second
 // concurrent use; one mutex guards the state, and nothing is recorded
 // under it but the depth's Peak-EWMA, which is state.
 type Queue[K comparable] struct {
-	clk clock.PassiveClock // nil: no stamps, no Peak-EWMA (the bare queue)
+	clk  clock.PassiveClock // nil: no stamps, no Peak-EWMA (the bare queue)
+	base time.Time          // with the real clock: now is base plus the monotonic time since
 
 	mu       sync.Mutex
 	capacity int
@@ -105,7 +106,11 @@ type Stats struct {
 // when first added (GetSince) and keeps the Peak-EWMA of the depth
 // (Stats.DepthPeak); without, it reads no clock.
 func New[K comparable](capacity int, clk clock.PassiveClock) *Queue[K] {
-	return &Queue[K]{clk: clk, capacity: capacity, waiting: map[K]waiter{}, held: map[K]struct{}{}, depth: peak.New(depthTau)}
+	q := &Queue[K]{clk: clk, capacity: capacity, waiting: map[K]waiter{}, held: map[K]struct{}{}, depth: peak.New(depthTau)}
+	if _, ok := clk.(clock.RealClock); ok {
+		q.base = time.Now() // time.Since reads the monotonic clock only: half the cost of time.Now
+	}
+	return q
 }
 
 // Add adds key to lane l at once, or fails with ErrFull or ErrClosed. A
@@ -264,7 +269,7 @@ func (q *Queue[K]) GetWait(ctx context.Context) (K, time.Duration, error) {
 			q.wakeRoomsLocked()
 			var waited time.Duration
 			if q.clk != nil {
-				now := q.clk.Now()
+				now := q.now()
 				q.depthLocked(now)
 				waited = now.Sub(w.since)
 			}
@@ -374,7 +379,7 @@ func (q *Queue[K]) Stats() Stats {
 	defer q.mu.Unlock()
 	s := q.stats
 	if q.clk != nil {
-		s.DepthPeak = q.depth.ValueAt(q.clk.Now())
+		s.DepthPeak = q.depth.ValueAt(q.now())
 	}
 	s.Depth, s.Held = len(q.waiting), len(q.held)
 	s.Fresh = q.lanes[LaneFresh].count - q.lanes[LaneFresh].reserved
@@ -384,8 +389,11 @@ func (q *Queue[K]) Stats() Stats {
 
 // now reads the clock, if the queue has one.
 func (q *Queue[K]) now() time.Time {
-	if q.clk == nil {
+	switch {
+	case q.clk == nil:
 		return time.Time{}
+	case !q.base.IsZero():
+		return q.base.Add(time.Since(q.base))
 	}
 	return q.clk.Now()
 }
