@@ -4,11 +4,12 @@ import (
 	"context"
 	"strconv"
 	"testing"
+	"time"
 
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 
+	"github.com/quietpatch/quietpatch/internal/queue"
 	"github.com/quietpatch/quietpatch/statuspatch"
 )
 
@@ -29,11 +30,15 @@ func queueBenchKeys(n int) []string {
 //     coalescing);
 //   - workqueue: client-go's typed workqueue (Add, Get, Done), the peer
 //     with the same dirty/processing rules but no bound and no lanes;
-//   - patchqueue: PatchQueue without a meter, in the fresh lane;
+//   - patchqueue: the bare queue (no clock), in the fresh lane;
 //   - patchqueue-pass: the same in the pass lane;
-//   - patchqueue-otel: PatchQueue with the OpenTelemetry SDK as its meter
-//     (the counters are observable and cost nothing per key; the depth
-//     Peak-EWMA and the wait histogram are recorded per key).
+//   - patchqueue-clock: the queue as the pipeline builds it, on the real
+//     clock: each key stamped when added, the depth's Peak-EWMA recorded
+//     at every insertion and removal, the wait returned by GetWait (the
+//     pipeline's instruments read Stats at collection and record the wait
+//     outside the queue's lock);
+//   - patchqueue-public: statuspatch.PatchQueue, the public facade over
+//     the clocked queue.
 //
 // Compare them from one run: go test -run '^$' -bench Queue -benchmem.
 func BenchmarkQueue(b *testing.B) {
@@ -61,16 +66,51 @@ func BenchmarkQueue(b *testing.B) {
 		}
 	})
 
-	addGetDone := func(b *testing.B, opts statuspatch.Options, lane statuspatch.Lane) {
-		opts.Capacity = nkeys
-		q, err := statuspatch.NewPatchQueue[string](opts)
+	addGetDone := func(b *testing.B, q *queue.Queue[string], lane queue.Lane) time.Duration {
+		defer q.Close()
+		var waited time.Duration
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			if err := q.Add(keys[i%nkeys], lane); err != nil {
+				b.Fatal(err)
+			}
+			k, wait, err := q.GetWait(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			waited += wait
+			q.Done(k)
+		}
+		return waited
+	}
+
+	b.Run("patchqueue", func(b *testing.B) {
+		addGetDone(b, queue.New[string](nkeys, nil), queue.LaneFresh)
+	})
+
+	b.Run("patchqueue-pass", func(b *testing.B) {
+		addGetDone(b, queue.New[string](nkeys, nil), queue.LanePass)
+	})
+
+	b.Run("patchqueue-clock", func(b *testing.B) {
+		q := queue.New[string](nkeys, clock.RealClock{})
+		if waited := addGetDone(b, q, queue.LaneFresh); waited <= 0 {
+			b.Errorf("the keys waited %v in all, want the stamps to measure some time", waited)
+		}
+		if peak := q.Stats().DepthPeak; peak <= 0 {
+			b.Errorf("DepthPeak %v, want the depths recorded (1, decaying since)", peak)
+		}
+	})
+
+	b.Run("patchqueue-public", func(b *testing.B) {
+		q, err := statuspatch.NewPatchQueue[string](nkeys)
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer q.Close()
 		b.ReportAllocs()
 		for i := 0; b.Loop(); i++ {
-			if err := q.Add(keys[i%nkeys], lane); err != nil {
+			if err := q.Add(keys[i%nkeys], statuspatch.LaneFresh); err != nil {
 				b.Fatal(err)
 			}
 			k, err := q.Get(ctx)
@@ -79,24 +119,8 @@ func BenchmarkQueue(b *testing.B) {
 			}
 			q.Done(k)
 		}
-	}
-
-	b.Run("patchqueue", func(b *testing.B) {
-		addGetDone(b, statuspatch.Options{}, statuspatch.LaneFresh)
-	})
-
-	b.Run("patchqueue-pass", func(b *testing.B) {
-		addGetDone(b, statuspatch.Options{}, statuspatch.LanePass)
-	})
-
-	b.Run("patchqueue-otel", func(b *testing.B) {
-		reader := sdkmetric.NewManualReader()
-		provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-		defer func() { _ = provider.Shutdown(ctx) }()
-		addGetDone(b, statuspatch.Options{Meter: provider.Meter("bench")}, statuspatch.LaneFresh)
-		var rm metricdata.ResourceMetrics
-		if err := reader.Collect(ctx, &rm); err != nil || len(rm.ScopeMetrics) == 0 {
-			b.Fatalf("the reader collected %d scopes: %v", len(rm.ScopeMetrics), err)
+		if peak := q.Stats().DepthPeak; peak <= 0 {
+			b.Errorf("DepthPeak %v, want the depths recorded (1, decaying since)", peak)
 		}
 	})
 }

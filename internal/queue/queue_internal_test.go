@@ -15,7 +15,7 @@ func queueFIFOBound(capacity int) int { return 4*capacity + 260 }
 // each lane's live and count, every waiting key queued once in its lane
 // (or held back while held), and the FIFOs bounded for maxCap, the largest
 // capacity the queue had.
-func checkQueueInvariants[K comparable](q *PatchQueue[K], maxCap int) error {
+func checkQueueInvariants[K comparable](q *Queue[K], maxCap int) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	var waitingIn [2]int
@@ -69,17 +69,17 @@ func TestQueueFIFOBounded(t *testing.T) {
 	keys := []string{"a", "b", "c", "d"}
 	for _, tc := range []struct {
 		label string
-		cycle func(t *testing.T, q *PatchQueue[string], k string)
+		cycle func(t *testing.T, q *Queue[string], k string)
 	}{{
 		label: "add pass, add fresh (promotion), get, done",
-		cycle: func(t *testing.T, q *PatchQueue[string], k string) {
+		cycle: func(t *testing.T, q *Queue[string], k string) {
 			mustAdd(t, q, k, LanePass)
 			mustAdd(t, q, k, LaneFresh)
 			mustGetDone(t, q)
 		},
 	}, {
 		label: "promotions while a pass backlog waits",
-		cycle: func(t *testing.T, q *PatchQueue[string], k string) {
+		cycle: func(t *testing.T, q *Queue[string], k string) {
 			mustAdd(t, q, "backlog-"+k, LanePass) // waits for good: coalesces after the first cycle
 			mustAdd(t, q, k, LanePass)
 			mustAdd(t, q, k, LaneFresh)
@@ -87,13 +87,13 @@ func TestQueueFIFOBounded(t *testing.T) {
 		},
 	}, {
 		label: "add fresh, get, done",
-		cycle: func(t *testing.T, q *PatchQueue[string], k string) {
+		cycle: func(t *testing.T, q *Queue[string], k string) {
 			mustAdd(t, q, k, LaneFresh)
 			mustGetDone(t, q)
 		},
 	}, {
 		label: "add pass, get, add while held in both lanes, done, get, done",
-		cycle: func(t *testing.T, q *PatchQueue[string], k string) {
+		cycle: func(t *testing.T, q *Queue[string], k string) {
 			mustAdd(t, q, k, LanePass)
 			key, err := q.Get(context.Background())
 			if err != nil {
@@ -106,10 +106,7 @@ func TestQueueFIFOBounded(t *testing.T) {
 		},
 	}} {
 		t.Run(tc.label, func(t *testing.T) {
-			q, err := NewPatchQueue[string](Options{Capacity: 16})
-			if err != nil {
-				t.Fatal(err)
-			}
+			q := New[string](16, nil)
 			defer q.Close()
 			longest := 0
 			for i := range cycles {
@@ -133,14 +130,14 @@ func TestQueueFIFOBounded(t *testing.T) {
 	}
 }
 
-func mustAdd(t *testing.T, q *PatchQueue[string], key string, l Lane) {
+func mustAdd(t *testing.T, q *Queue[string], key string, l Lane) {
 	t.Helper()
 	if err := q.Add(key, l); err != nil {
 		t.Fatalf("Add(%q, %d): %v", key, l, err)
 	}
 }
 
-func mustGetDone(t *testing.T, q *PatchQueue[string]) {
+func mustGetDone(t *testing.T, q *Queue[string]) {
 	t.Helper()
 	key, err := q.Get(context.Background())
 	if err != nil {
@@ -152,10 +149,7 @@ func mustGetDone(t *testing.T, q *PatchQueue[string]) {
 // TestQueueOtherLaneValues: a Lane value other than the two constants is
 // the pass lane, never a panic.
 func TestQueueOtherLaneValues(t *testing.T) {
-	q, err := NewPatchQueue[string](Options{Capacity: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := New[string](1, nil)
 	if err := q.Add("a", Lane(7)); err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quietpatch/quietpatch/statuspatch"
+	"k8s.io/utils/clock"
+
+	"github.com/quietpatch/quietpatch/internal/queue"
 )
 
 // TestQueueConcurrent runs producers and consumers on a small queue (under
@@ -27,7 +29,8 @@ import (
 // Each producer owns its keys and adds them by Add or Reserve+Send, to
 // either lane; when a lane is full it waits for Room and tries again, or
 // gives up (a refused add). Consumers hold each key for a moment, and
-// sometimes Get with a short deadline.
+// sometimes Get with a short deadline. The queue has the real clock, so
+// its stamps and the depth's Peak-EWMA run under -race too.
 func TestQueueConcurrent(t *testing.T) {
 	const (
 		producers = 4
@@ -36,10 +39,7 @@ func TestQueueConcurrent(t *testing.T) {
 		adds      = 2000 // per producer
 		capacity  = 4
 	)
-	q, err := statuspatch.NewPatchQueue[string](statuspatch.Options{Capacity: capacity})
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := queue.New[string](capacity, clock.RealClock{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
@@ -76,10 +76,13 @@ func TestQueueConcurrent(t *testing.T) {
 				if i%7 == c {
 					getCtx, getCancel = context.WithTimeout(ctx, time.Millisecond)
 				}
-				key, err := q.Get(getCtx)
+				key, wait, err := q.GetWait(getCtx)
 				getCancel()
+				if wait < 0 {
+					fail("consumer %d: key %s waited %v", c, key, wait)
+				}
 				switch {
-				case errors.Is(err, statuspatch.ErrClosed):
+				case errors.Is(err, queue.ErrClosed):
 					return
 				case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
 					continue
@@ -110,7 +113,7 @@ func TestQueueConcurrent(t *testing.T) {
 		pwg.Go(func() {
 			for i := range adds {
 				key := keys[p][i%keysEach]
-				lane := statuspatch.Lane(i / keysEach % 2)
+				lane := queue.Lane(i / keysEach % 2)
 				st := states[key]
 				v := st.version.Add(1)
 				var err error
@@ -118,12 +121,12 @@ func TestQueueConcurrent(t *testing.T) {
 					if i%2 == 0 {
 						err = q.Add(key, lane)
 					} else {
-						var permit statuspatch.Permit[string]
+						var permit queue.Permit[string]
 						if permit, err = q.Reserve(lane); err == nil {
 							err = permit.Send(key)
 						}
 					}
-					if !errors.Is(err, statuspatch.ErrFull) || try == 3 {
+					if !errors.Is(err, queue.ErrFull) || try == 3 {
 						break
 					}
 					select {
@@ -137,7 +140,7 @@ func TestQueueConcurrent(t *testing.T) {
 				case err == nil:
 					added.Add(1)
 					st.lastOK.Store(v)
-				case errors.Is(err, statuspatch.ErrFull):
+				case errors.Is(err, queue.ErrFull):
 					refused.Add(1)
 				default:
 					fail("producer %d: add %s: %v", p, key, err)
@@ -167,6 +170,9 @@ func TestQueueConcurrent(t *testing.T) {
 	if s.DroppedFull < refused.Load() {
 		t.Errorf("stats: %d dropped full, fewer than the %d adds refused", s.DroppedFull, refused.Load())
 	}
+	if s.DepthPeak <= 0 || s.DepthPeak > 2*capacity {
+		t.Errorf("stats: DepthPeak %v, want in (0, %d]: the depth never exceeds both lanes' capacity", s.DepthPeak, 2*capacity)
+	}
 	if added.Load()+refused.Load() != producers*adds {
 		t.Errorf("%d added + %d refused != %d adds", added.Load(), refused.Load(), producers*adds)
 	}
@@ -175,17 +181,14 @@ func TestQueueConcurrent(t *testing.T) {
 // TestQueueCloseWakesEveryone closes a queue with consumers waiting in
 // Get and producers waiting for Room: all of them return.
 func TestQueueCloseWakesEveryone(t *testing.T) {
-	q, err := statuspatch.NewPatchQueue[int](statuspatch.Options{Capacity: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := q.Add(1, statuspatch.LanePass); err != nil {
+	q := queue.New[int](1, nil)
+	if err := q.Add(1, queue.LanePass); err != nil {
 		t.Fatal(err)
 	}
 	if k, err := q.Get(context.Background()); k != 1 || err != nil {
 		t.Fatalf("Get = %d, %v", k, err)
 	}
-	if err := q.Add(1, statuspatch.LanePass); err != nil { // held back until Done
+	if err := q.Add(1, queue.LanePass); err != nil { // held back until Done
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
@@ -196,8 +199,8 @@ func TestQueueCloseWakesEveryone(t *testing.T) {
 			errs <- err
 		})
 		wg.Go(func() {
-			<-q.Room(statuspatch.LanePass, 1)
-			errs <- q.Add(2, statuspatch.LanePass)
+			<-q.Room(queue.LanePass, 1)
+			errs <- q.Add(2, queue.LanePass)
 		})
 	}
 	q.Close()
@@ -215,7 +218,7 @@ func TestQueueCloseWakesEveryone(t *testing.T) {
 		switch {
 		case err == nil:
 			got1++ // the consumer that got key 1 after Done
-		case errors.Is(err, statuspatch.ErrClosed):
+		case errors.Is(err, queue.ErrClosed):
 			closedN++
 		default:
 			t.Errorf("unexpected error %v", err)
