@@ -25,7 +25,7 @@
 //		}
 //		statusCfg := rest.CopyConfig(cfg)
 //		statusCfg.QPS = -1 // no client-side limit on the status client (see below)
-//		patcher, err := statuspatch.NewStatusPatcherForConfig(statusCfg, gvr, "example.com/widget-status")
+//		patcher, err := statuspatch.NewMergePatcher(statusCfg, gvr, "example.com/widget-status")
 //		if err != nil {
 //			return err
 //		}
@@ -45,22 +45,31 @@
 //		return ctrl.Run(ctx)           // blocks until ctx is cancelled
 //	}
 //
-// Example has it complete, runnable on client-go's fakes. Run waits for the
-// caches to sync — a replica with an empty cache must not lead —, then
-// competes for the Lease, reconciles every Interval, at once on gaining the
-// Lease, and on every event of the informer; [Controller.Ready] and
-// [Controller.Live] are the probes, [Controller.Stats] the counters, no
-// metrics SDK needed. Statuses that depend on other resources declare them
-// once in Config.Dependencies. The parts stay public: package leader (the
-// Lease), package statuspatch (queue, reconciler, dispatcher), package ewma.
-// A Controller's methods are safe for concurrent use; its Run runs once.
+// Example has it complete, runnable on client-go's fakes (the patcher of
+// package statuspatch/statuspatchtest). Run waits for the caches to sync —
+// a replica with an empty cache must not lead —, then competes for the
+// Lease, reconciles every Interval, at once on gaining the Lease, and on
+// every event of the informer; [Controller.Ready] and [Controller.Live] are
+// the probes, [Controller.Stats] the counters, no metrics SDK needed.
+// Statuses that depend on other resources declare them once in
+// Config.Dependencies. A Controller's methods are safe for concurrent use;
+// its Run runs once. Every constructor of the library rejects invalid
+// input with a [*ConfigError] naming the field.
+//
+// The named parts are public and usable alone: package leader (the Lease:
+// Claim, Claimer), package statuspatch (the inputs — Source,
+// StatusComputer, Patcher and the merge and apply patchers — and the
+// bounded PatchQueue), package ewma (the Peak-EWMA gauge). The machinery
+// that composes them — the reconciler, the dispatcher and its in-flight
+// state, the shards' coordination — is the library's own, behind New and
+// NewSharded.
 //
 // The status client. Give the patcher a rest.Config of its own with the
 // client-side rate limiter off (QPS -1): client-go's default of 5 requests
 // a second caps a controller at 5 patches a second, whatever the server
 // absorbs. The API server's Priority and Fairness protects the server; the
 // dispatcher's adaptive in-flight limit protects its latency.
-// [statuspatch.NewStatusPatcherForConfig] also leaves a 429's Retry-After
+// [statuspatch.NewMergePatcher] also leaves a 429's Retry-After
 // to the dispatcher, which then holds every call back, and tells the API
 // server each call's deadline (see What holds). The Lease client is
 // [leader.NewLeaseClient]'s, with no client-side limiter either: in one,
@@ -91,11 +100,10 @@
 // patch is not retried: the next pass finds the object still changed.
 //
 // Fresh changes first. Keys of events (an edit of the object, an event of
-// a dependency that affects at most [statuspatch.FreshFanout] objects,
-// Enqueue) are served before the keys of passes — at most
-// [statuspatch.FreshBurst] in a row while pass keys wait — so an edit does
-// not wait behind a storm's backlog. One event that affects more objects
-// makes a pass instead.
+// a dependency that affects at most 16 objects, Enqueue) are served before
+// the keys of passes — at most 8 in a row while pass keys wait — so an
+// edit does not wait behind a storm's backlog. One event that affects more
+// objects makes a pass instead.
 //
 // No stale write after a leadership change — to this exact extent. A patch
 // is sent only if, at the moment of the call, our claim is current on the
@@ -106,12 +114,12 @@
 //
 // What the API server enforces. The deadline travels with the request:
 // the patcher sends it as the timeout parameter, a little before the
-// client's own (statuspatch.ServerTimeout: a tenth less, at most 100 ms),
+// client's own ([statuspatch.ServerTimeout]: a tenth less, at most 100 ms),
 // and the server, counting from when it received the request's headers,
 // gives the request up then (504, outcome abandoned) instead of
 // committing it — a PATCH whose body a paused process sends late does not
 // land after the claim ended. With the fence (optional,
-// statuspatch.DynamicStatusPatcher.WithFence and the HTTPRoute example's
+// [statuspatch.MergePatcher.WithFence] and the HTTPRoute example's
 // deploy/fence), the field manager of every write names its writer,
 // <Lease namespace>/<Lease name>@<identity>, and a ValidatingAdmissionPolicy
 // whose param is the Lease denies at admission a write whose Lease names
@@ -141,6 +149,21 @@
 // identity is unique per process, and a claim under our identity that this
 // process did not make is waited out like anyone else's.
 //
+// # When the API server restarts
+//
+// The claimer's requests fail and are retried every RetryPeriod: a claim
+// survives an outage shorter than its RenewGrace (10 s by default), else
+// it runs out and no call is made until it is acquired again. The
+// informers' watches break and client-go's reflector lists again after a
+// backoff that grows from 800 ms to 30 s, with as much again of jitter —
+// after repeated restarts a leader's watch was seen to sit ~50 s in it.
+// Meanwhile the cache is stale and the pipeline may lead on it: statuses
+// of objects changed during the outage catch up only once the watch is
+// back, and a write computed from a stale object carries its
+// resourceVersion, so it fails with 409 if the object changed (the next
+// pass recomputes it). No call is made outside a claim; Ready does not
+// report a stale cache (client-go does not tell one).
+//
 // # Stop order
 //
 // Run stops, when its context is cancelled, in this order: the reconciler
@@ -148,13 +171,11 @@
 // their answer, at most PatchTimeout; what is queued is dropped and
 // counted, reason shutdown — the next leader recomputes it); then the
 // Lease (vacated or left to run out, as above). It returns once all have
-// stopped. Whoever composes the parts without [Controller] gets the same
-// from leader.Claimer, which quiesces every statuspatch.Dispatcher built on
-// it before it vacates. The informers may stop when ctx ends, as
-// informers.Start(ctx.Done()) has them: once ctx is done neither a pass
-// nor the dispatcher starts reading the Source (a pass under way stops
-// within 256 objects; what they read then comes from the store as it
-// was), and the calls in flight send what they built before.
+// stopped. The informers may stop when ctx ends, as
+// informers.Start(ctx.Done()) has them: the reconciler and the dispatcher
+// see ctx itself, so from the moment it is done neither a pass nor the
+// dispatcher starts reading the Source — a pass under way stops within
+// 256 objects, and the calls in flight send what they built before.
 //
 // # More
 //

@@ -59,7 +59,7 @@ func (c Claim) Remaining(now time.Time) time.Duration {
 }
 
 // Writer is work that writes to the API server under this replica's claim —
-// a statuspatch Dispatcher applying status patches — and must have its writes
+// the dispatcher of a quietpatch pipeline applying status patches — and must have its writes
 // answered before the Lease is given up. See [Claimer.AddWriter].
 type Writer interface {
 	// Quiesce is called when this replica gives its claim of epoch up on

@@ -121,7 +121,7 @@ func (c *Claimer) Subscribe() (<-chan Claim, func()) { return c.hub.subscribe() 
 // server. Otherwise it leaves the Lease naming us and lets the claim run
 // out, so that a successor waits a full LeaseDuration: a write that ended
 // without an answer may still land, and must not land under the
-// successor's claim. A statuspatch Dispatcher registers itself.
+// successor's claim. quietpatch.New registers its dispatcher.
 func (c *Claimer) AddWriter(w Writer) (remove func()) {
 	e := &writerEntry{w: w}
 	c.mu.Lock()

@@ -11,18 +11,18 @@
 // the epoch it was produced under and applied only while
 // Current().IsCurrentFor(Identity(), now) holds and the epoch is unchanged:
 //
-//	func callCtx(ctx context.Context, obs leader.Observer, epoch int64, timeout time.Duration) (context.Context, context.CancelFunc, bool) {
+//	func callCtx(ctx context.Context, c *leader.Claimer, epoch int64, timeout time.Duration) (context.Context, context.CancelFunc, bool) {
 //		now := time.Now()
-//		claim := obs.Current()
-//		if !claim.IsCurrentFor(obs.Identity(), now) || claim.Epoch != epoch {
+//		claim := c.Current()
+//		if !claim.IsCurrentFor(c.Identity(), now) || claim.Epoch != epoch {
 //			return nil, nil, false // produced under another leadership, or we are not leader
 //		}
 //		ctx, cancel := context.WithTimeout(ctx, min(timeout, claim.Remaining(now)))
 //		return ctx, cancel, true
 //	}
 //
-// Consumers depend on the small [Observer] interface; [*Claimer] implements
-// it, and tests can supply their own.
+// [Claimer.Current] never blocks on I/O; [Claimer.Subscribe] tells of
+// every change.
 //
 // # The Claimer
 //
@@ -105,13 +105,13 @@
 // Forbidden once they have lasted a full LeaseDuration (a kube-apiserver that
 // has just restarted refuses requests until its authorizer has synced, and
 // that must not stop a healthy replica) — end Run with that error, and
-// [Claimer.Healthy] reports an error from then on (it also does before Run
+// [Claimer.Ready] reports an error from then on (it also does before Run
 // starts), so a readiness probe turns a dead lease loop into a visible,
 // restartable failure:
 //
 //	func readyz(claimer *leader.Claimer) http.HandlerFunc {
 //		return func(w http.ResponseWriter, _ *http.Request) {
-//			if err := claimer.Healthy(); err != nil {
+//			if err := claimer.Ready(); err != nil {
 //				http.Error(w, err.Error(), http.StatusServiceUnavailable)
 //			}
 //		}
@@ -126,8 +126,8 @@
 // # Giving the lease up: writers
 //
 // Work done under a claim that must be answered before the Lease goes —
-// a statuspatch Dispatcher's patch calls — registers as a [Writer]
-// ([Claimer.AddWriter]; a Dispatcher built on a Claimer does it itself).
+// the status patch calls of a quietpatch pipeline — registers as a [Writer]
+// ([Claimer.AddWriter]; quietpatch.New registers its dispatcher).
 // When this replica gives the Lease up on purpose (Relinquish, or Run's
 // context cancelled), the claimer asks every writer to quiesce while it
 // still reports the claim as its own: no new write starts, writes in flight
@@ -168,8 +168,8 @@
 // start or stop failing — nothing per unchanged renewal —; one error record
 // when Run fails. Config.Meter gets the quietpatch.leader instruments,
 // observed at collection time from the claimer's own counters; their table
-// is in docs/metrics.md. Configuration errors are package
-// statuspatch/outcome's ConfigError, naming the field.
+// is in docs/metrics.md, registered while Run runs. Constructors reject
+// invalid input with a *quietpatch.ConfigError naming the field.
 //
 // # Testing
 //

@@ -1,8 +1,7 @@
-// Package outcome is the vocabulary every quietpatch package shares, at the
-// bottom of the import graph: how one Kubernetes API request ended ([Of],
-// [Answered]), how a configuration is rejected ([ConfigError]), how a Run
-// starts once and stops ([Lifecycle]), and the counters behind the
-// instruments ([Counters]).
+// Package outcome says how one Kubernetes API request ended: its
+// [Outcome] ([Of]), the value of the outcome attribute of quietpatch's
+// instruments and the keys of quietpatch.Stats' patch counters, and
+// whether the API server answered it ([Answered]).
 //
 // The outcome and whether the server answered are two questions. The
 // outcome is for counting and alerting: a conflict, a forbidden write and a
@@ -16,7 +15,8 @@
 // that none of its writes can still land — a leader about to give its
 // Lease up — counts only answered requests as finished.
 //
-// Most callers meet this package through its values: the outcome attribute
-// of the instruments, errors.As(err, new(*outcome.ConfigError)) — which
-// package quietpatch re-exports as ConfigError.
+// Most callers meet this package through its values, in Stats and in the
+// outcome attribute of the instruments; a custom Patcher returns the API
+// server's errors as the client returns them, so that Of can classify
+// them.
 package outcome

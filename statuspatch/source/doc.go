@@ -15,11 +15,12 @@
 //
 // Our own status writes come back as update events. quietpatch.New's
 // handler drops the event whose object has exactly the resourceVersion our
-// write produced (statuspatch.Dispatcher.Echo, with a
-// statuspatch.VersionPatcher); any other is enqueued — cheap and right: the
-// reconcile finds the status equal to the desired one and does nothing,
-// and if another writer changed the status since, it is put back. Deleted objects are enqueued too: the reconcile finds them gone
-// and does nothing; a patch of theirs still waiting fails with not found.
+// write produced (with a statuspatch.VersionPatcher, as the merge patcher
+// is); any other is enqueued — cheap and right: the reconcile finds the
+// status equal to the desired one and does nothing, and if another writer
+// changed the status since, it is put back. Deleted objects are enqueued
+// too: the reconcile finds them gone and does nothing; a patch of theirs
+// still waiting fails with not found.
 //
 // # Objects
 //
