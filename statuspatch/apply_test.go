@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 
+	"github.com/quietpatch/quietpatch/internal/base"
 	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
@@ -52,12 +53,12 @@ func applyServer(t *testing.T, status int, body string) (*rest.Config, func() []
 
 var widgets = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
 
-// TestApplyStatusPatcherRequest: one PATCH of the status subresource, an
+// TestApplyPatcherRequest: one PATCH of the status subresource, an
 // apply patch with the field manager, force, and the time left to the
 // context's deadline as the timeout parameter (ServerTimeout).
-func TestApplyStatusPatcherRequest(t *testing.T) {
+func TestApplyPatcherRequest(t *testing.T) {
 	cfg, requests := applyServer(t, http.StatusOK, `{}`)
-	p, err := NewApplyStatusPatcherForConfig(cfg, widgets, "Widget", "example.com/ready")
+	p, err := NewApplyPatcher(cfg, widgets, "Widget", "example.com/ready")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +89,7 @@ func TestApplyStatusPatcherRequest(t *testing.T) {
 		t.Errorf("force %q, want true", got)
 	}
 	tm, err := time.ParseDuration(strings.Join(r.query["timeout"], ""))
-	if err != nil || tm <= 0 || tm > 3*time.Second-ServerTimeoutMargin || tm%time.Millisecond != 0 {
+	if err != nil || tm <= 0 || tm > 3*time.Second-serverTimeoutMargin || tm%time.Millisecond != 0 {
 		t.Errorf("timeout %q (%v): want the time left to the deadline, at most 3s, in whole milliseconds", r.query["timeout"], err)
 	}
 	if got, ok := reqs[1].query["timeout"]; ok {
@@ -104,11 +105,11 @@ func TestApplyStatusPatcherRequest(t *testing.T) {
 	}
 }
 
-// TestApplyStatusPatcherCoreAndClusterScoped: the path of a core resource
+// TestApplyPatcherCoreAndClusterScoped: the path of a core resource
 // and of a cluster-scoped object.
-func TestApplyStatusPatcherCoreAndClusterScoped(t *testing.T) {
+func TestApplyPatcherCoreAndClusterScoped(t *testing.T) {
 	cfg, requests := applyServer(t, http.StatusOK, `{}`)
-	p, err := NewApplyStatusPatcherForConfig(cfg, schema.GroupVersionResource{Version: "v1", Resource: "nodes"}, "Node", "example.com/x")
+	p, err := NewApplyPatcher(cfg, schema.GroupVersionResource{Version: "v1", Resource: "nodes"}, "Node", "example.com/x")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,12 +121,12 @@ func TestApplyStatusPatcherCoreAndClusterScoped(t *testing.T) {
 	}
 }
 
-// TestApplyStatusPatcherErrors: the server's refusal comes back as the
+// TestApplyPatcherErrors: the server's refusal comes back as the
 // client's error (outcome classifies it); a malformed patch or a deadline
 // less than a millisecond away sends nothing.
-func TestApplyStatusPatcherErrors(t *testing.T) {
+func TestApplyPatcherErrors(t *testing.T) {
 	cfg, requests := applyServer(t, http.StatusConflict, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Conflict","code":409}`)
-	p, err := NewApplyStatusPatcherForConfig(cfg, widgets, "Widget", "example.com/ready")
+	p, err := NewApplyPatcher(cfg, widgets, "Widget", "example.com/ready")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,22 +149,32 @@ func TestApplyStatusPatcherErrors(t *testing.T) {
 	}
 }
 
-func TestNewApplyStatusPatcherForConfigValidation(t *testing.T) {
+// TestNewApplyPatcherValidation: invalid arguments are rejected with a
+// ConfigError naming the argument.
+func TestNewApplyPatcherValidation(t *testing.T) {
 	cfg := &rest.Config{Host: "https://127.0.0.1:1"}
 	for _, tc := range []struct {
-		label    string
-		cfg      *rest.Config
-		gvr      schema.GroupVersionResource
-		kind, fm string
+		label     string
+		cfg       *rest.Config
+		gvr       schema.GroupVersionResource
+		kind, fm  string
+		wantField string
 	}{
-		{"nil config", nil, widgets, "Widget", "fm"},
-		{"no resource", cfg, schema.GroupVersionResource{Group: "example.com", Version: "v1"}, "Widget", "fm"},
-		{"no kind", cfg, widgets, "", "fm"},
-		{"no field manager", cfg, widgets, "Widget", ""},
-		{"long field manager", cfg, widgets, "Widget", strings.Repeat("x", 129)},
+		{"nil config", nil, widgets, "Widget", "fm", "cfg"},
+		{"a config no client can be built from", &rest.Config{Host: "https://127.0.0.1:1", TLSClientConfig: rest.TLSClientConfig{CAFile: "/nonexistent/ca.crt"}}, widgets, "Widget", "fm", "cfg"},
+		{"no resource", cfg, schema.GroupVersionResource{Group: "example.com", Version: "v1"}, "Widget", "fm", "gvr"},
+		{"no version", cfg, schema.GroupVersionResource{Group: "example.com", Resource: "widgets"}, "Widget", "fm", "gvr"},
+		{"no kind", cfg, widgets, "", "fm", "kind"},
+		{"no field manager", cfg, widgets, "Widget", "", "fieldManager"},
+		{"long field manager", cfg, widgets, "Widget", strings.Repeat("x", 129), "fieldManager"},
 	} {
-		if _, err := NewApplyStatusPatcherForConfig(tc.cfg, tc.gvr, tc.kind, tc.fm); err == nil {
-			t.Errorf("%s: no error", tc.label)
+		p, err := NewApplyPatcher(tc.cfg, tc.gvr, tc.kind, tc.fm)
+		var ce *base.ConfigError
+		if p != nil || !errors.As(err, &ce) || ce.Field != tc.wantField || !errors.Is(err, base.ErrInvalidConfig) {
+			t.Errorf("%s: NewApplyPatcher = %v, %v; want a ConfigError naming %s", tc.label, p, err, tc.wantField)
 		}
+	}
+	if _, err := NewApplyPatcher(cfg, widgets, "Widget", strings.Repeat("x", 128)); err != nil {
+		t.Errorf("a field manager of 128 characters: %v", err)
 	}
 }

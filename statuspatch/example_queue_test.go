@@ -13,7 +13,7 @@ import (
 // often it is added, fresh keys are served before pass keys, and a key
 // added while a worker holds it is served again only after Done.
 func ExamplePatchQueue() {
-	q, err := statuspatch.NewPatchQueue[string](statuspatch.Options{Capacity: 100})
+	q, err := statuspatch.NewPatchQueue[string](100)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -57,9 +57,9 @@ func ExamplePatchQueue() {
 }
 
 // ExamplePatchQueue_Reserve takes a slot before the work that finds the
-// key, so a full lane costs no work; Room says when to try again.
+// key, so a full lane costs no work; a worker's Get frees the slot.
 func ExamplePatchQueue_Reserve() {
-	q, err := statuspatch.NewPatchQueue[string](statuspatch.Options{Capacity: 1})
+	q, err := statuspatch.NewPatchQueue[string](1)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -80,13 +80,14 @@ func ExamplePatchQueue_Reserve() {
 	if _, err := q.Reserve(statuspatch.LanePass); errors.Is(err, statuspatch.ErrFull) {
 		fmt.Println(err)
 	}
-	room := q.Room(statuspatch.LanePass, 1)
 	got, _ := q.Get(context.Background())
-	<-room // closed as soon as Get freed the slot
-	fmt.Println("room again once a worker took", got)
 	q.Done(got)
-
-	p, _ = q.Reserve(statuspatch.LanePass)
+	p, err = q.Reserve(statuspatch.LanePass) // Get freed the slot
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("room again once a worker took", got)
 	p.Release() // nothing to send after all: the slot goes back
 
 	st := q.Stats()
@@ -100,7 +101,7 @@ func ExamplePatchQueue_Reserve() {
 // ExamplePatchQueue_Close shows the worker loop: Get, work, Done, until
 // Get returns ErrClosed once the queue is closed and drained.
 func ExamplePatchQueue_Close() {
-	q, err := statuspatch.NewPatchQueue[string](statuspatch.Options{})
+	q, err := statuspatch.NewPatchQueue[string](10)
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -44,26 +44,23 @@ func TestServerTimeoutAt(t *testing.T) {
 			ctx, cancel = context.WithDeadline(ctx, now.Add(tc.left))
 			defer cancel()
 		}
-		if d, ok := ServerTimeoutAt(ctx, now); d != tc.want || ok != tc.wantSend {
-			t.Errorf("%v left: ServerTimeoutAt = %v, %v; want %v, %v", tc.left, d, ok, tc.want, tc.wantSend)
+		if d, ok := serverTimeoutAt(ctx, now); d != tc.want || ok != tc.wantSend {
+			t.Errorf("%v left: serverTimeoutAt = %v, %v; want %v, %v", tc.left, d, ok, tc.want, tc.wantSend)
 		}
 	}
-	if d, ok := ServerTimeoutAt(done, now); ok || d != 0 {
+	if d, ok := serverTimeoutAt(done, now); ok || d != 0 {
 		t.Errorf("a done context: %v, %v; want nothing sent", d, ok)
 	}
 }
 
 // A call whose context leaves no time is not sent at all: a timeout of 0
 // would be the server's default of 60 s.
-func TestStatusPatcherSendsNothingWithoutTime(t *testing.T) {
+func TestMergePatcherSendsNothingWithoutTime(t *testing.T) {
 	api := newFakeAPIServer(t)
-	p, err := NewStatusPatcher(api.client, routesGVR(), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := newMergePatcher(api.client, routesGVR(), "test")
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Microsecond)
 	defer cancel()
-	err = p.Patch(ctx, MergePatch{Namespace: "ns", Name: "r1", ResourceVersion: "1", Status: json.RawMessage(`{}`)})
+	err := p.Patch(ctx, MergePatch{Namespace: "ns", Name: "r1", ResourceVersion: "1", Status: json.RawMessage(`{}`)})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("err = %v, want one wrapping context.DeadlineExceeded", err)
 	}
@@ -105,22 +102,33 @@ func TestFencedFieldManager(t *testing.T) {
 	}
 }
 
-func TestCheckFieldManager(t *testing.T) {
+// TestMergePatcherFenced: WithFence returns a fenced copy, which names the
+// writer in each write's field manager; a claim whose fenced field manager
+// is too long is refused with the ConfigError of FencedFieldManager,
+// nothing sent. The patcher d itself stays unfenced and writes under its
+// own field manager whatever the claim. (The pipeline checks the claim's
+// FencedFieldManager up front for a patcher whose Fenced is true.)
+func TestMergePatcherFenced(t *testing.T) {
 	api := newFakeAPIServer(t)
-	p, err := NewStatusPatcher(api.client, routesGVR(), "base")
-	if err != nil {
-		t.Fatal(err)
+	api.respond(http.StatusOK, okRoute)
+	p := newMergePatcher(api.client, routesGVR(), "base")
+	fenced := p.WithFence(slog.New(slog.DiscardHandler))
+	if p.Fenced() || !fenced.Fenced() {
+		t.Fatalf("Fenced: %v for the patcher, %v for its WithFence copy; want false, true", p.Fenced(), fenced.Fenced())
 	}
-	fenced := p.WithFence(nil)
 	long := WriteClaim{Identity: strings.Repeat("i", maxFieldManager), LeaseNamespace: "ns", LeaseName: "l"}
-	if err := CheckFieldManager(p, long); err != nil {
-		t.Errorf("unfenced: %v", err)
+	ctx := context.WithValue(context.Background(), base.WriteClaimKey{}, long)
+	patch := MergePatch{Namespace: "ns", Name: "r1", ResourceVersion: "1", Status: json.RawMessage(`{}`)}
+	if err := p.Patch(ctx, patch); err != nil {
+		t.Errorf("unfenced, a claim too long to fence: %v", err)
 	}
-	if err := CheckFieldManager(fenced, long); !errors.Is(err, base.ErrInvalidConfig) {
-		t.Errorf("fenced, too long: %v, want a ConfigError", err)
+	var ce *base.ConfigError
+	if err := fenced.Patch(ctx, patch); !errors.Is(err, ErrInvalidPatch) || !errors.As(err, &ce) || ce.Field != "Lease" {
+		t.Errorf("fenced, too long: %v, want ErrInvalidPatch and a ConfigError naming Lease", err)
 	}
-	if err := CheckFieldManager(PatcherFunc[MergePatch](func(context.Context, MergePatch) error { return nil }), long); err != nil {
-		t.Errorf("a Patcher without FieldManagerFor: %v", err)
+	reqs := api.requests()
+	if len(reqs) != 1 || reqs[0].FieldManager != "base" {
+		t.Errorf("requests %+v, want one, the unfenced write under its own field manager", reqs)
 	}
 }
 
@@ -129,17 +137,14 @@ func fencedCall(t *testing.T, p *MergePatcher, lease string) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	ctx = WithWriteClaim(ctx, WriteClaim{Identity: "pod-a", LeaseNamespace: "ns", LeaseName: lease, Epoch: 7})
+	ctx = context.WithValue(ctx, base.WriteClaimKey{}, WriteClaim{Identity: "pod-a", LeaseNamespace: "ns", LeaseName: lease, Epoch: 7})
 	return p.Patch(ctx, MergePatch{Namespace: "ns", Name: "r1", ResourceVersion: "1", Status: json.RawMessage(`{"a":1}`)})
 }
 
-func TestFencedStatusPatcher(t *testing.T) {
+func TestFencedMergePatcher(t *testing.T) {
 	newFenced := func(t *testing.T, api *fakeAPIServer) (*MergePatcher, *bytes.Buffer) {
 		t.Helper()
-		p, err := NewStatusPatcher(api.client, routesGVR(), "example.com/status")
-		if err != nil {
-			t.Fatal(err)
-		}
+		p := newMergePatcher(api.client, routesGVR(), "example.com/status")
 		var logs bytes.Buffer
 		return p.WithFence(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))), &logs
 	}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
@@ -111,7 +112,7 @@ func routesGVR() schema.GroupVersionResource {
 
 const okRoute = `{"apiVersion":"gateway.networking.k8s.io/v1","kind":"HTTPRoute","metadata":{"name":"r1","namespace":"ns"}}`
 
-func TestStatusPatcherRequest(t *testing.T) {
+func TestMergePatcherRequest(t *testing.T) {
 	cases := []struct {
 		name      string
 		namespace string
@@ -124,13 +125,10 @@ func TestStatusPatcherRequest(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			api := newFakeAPIServer(t)
 			api.respond(http.StatusOK, okRoute)
-			p, err := NewStatusPatcher(api.client, routesGVR(), "example.com/route-status")
-			if err != nil {
-				t.Fatal(err)
-			}
+			p := newMergePatcher(api.client, routesGVR(), "example.com/route-status")
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			err = p.Patch(ctx, MergePatch{
+			err := p.Patch(ctx, MergePatch{
 				Namespace: c.namespace, Name: "r1", ResourceVersion: "4711",
 				Status: json.RawMessage(`{"parents":[{"controllerName":"example.com/gw"}]}`),
 			})
@@ -153,8 +151,8 @@ func TestStatusPatcherRequest(t *testing.T) {
 			}
 			// The deadline, less the margin: 5 s less 100 ms, less what
 			// passed before the request was built.
-			if d, err := time.ParseDuration(r.Timeout); err != nil || d > 5*time.Second-ServerTimeoutMargin || d < 4*time.Second || d%time.Millisecond != 0 {
-				t.Errorf("timeout parameter %q (%v), want whole milliseconds in [4s, %v]", r.Timeout, err, 5*time.Second-ServerTimeoutMargin)
+			if d, err := time.ParseDuration(r.Timeout); err != nil || d > 5*time.Second-serverTimeoutMargin || d < 4*time.Second || d%time.Millisecond != 0 {
+				t.Errorf("timeout parameter %q (%v), want whole milliseconds in [4s, %v]", r.Timeout, err, 5*time.Second-serverTimeoutMargin)
 			}
 			if r.DryRun != "" {
 				t.Errorf("dryRun %q on a write", r.DryRun)
@@ -178,7 +176,7 @@ func TestStatusPatcherRequest(t *testing.T) {
 	}
 }
 
-func TestStatusPatcherErrorsClassify(t *testing.T) {
+func TestMergePatcherErrorsClassify(t *testing.T) {
 	status := func(code int, reason string) string {
 		b, _ := json.Marshal(metav1.Status{
 			TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
@@ -205,11 +203,8 @@ func TestStatusPatcherErrorsClassify(t *testing.T) {
 		t.Run(fmt.Sprintf("%d %s", c.code, c.want), func(t *testing.T) {
 			api := newFakeAPIServer(t)
 			api.respond(c.code, c.body)
-			p, err := NewStatusPatcher(api.client, routesGVR(), "test")
-			if err != nil {
-				t.Fatal(err)
-			}
-			err = p.Patch(context.Background(), MergePatch{Namespace: "ns", Name: "r1", ResourceVersion: "1", Status: json.RawMessage(`{}`)})
+			p := newMergePatcher(api.client, routesGVR(), "test")
+			err := p.Patch(context.Background(), MergePatch{Namespace: "ns", Name: "r1", ResourceVersion: "1", Status: json.RawMessage(`{}`)})
 			if got := outcome.Of(err); got != c.want {
 				t.Errorf("outcome.Of(%v) = %s, want %s", err, got, c.want)
 			}
@@ -220,7 +215,7 @@ func TestStatusPatcherErrorsClassify(t *testing.T) {
 	}
 }
 
-func TestStatusPatcherRejectsInvalidPatch(t *testing.T) {
+func TestMergePatcherRejectsInvalidPatch(t *testing.T) {
 	cases := []struct {
 		name  string
 		patch MergePatch
@@ -233,10 +228,7 @@ func TestStatusPatcherRejectsInvalidPatch(t *testing.T) {
 		{"status not JSON", MergePatch{Namespace: "ns", Name: "r", ResourceVersion: "1", Status: json.RawMessage(`{"a":`)}, "Status"},
 	}
 	api := newFakeAPIServer(t)
-	p, err := NewStatusPatcher(api.client, routesGVR(), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := newMergePatcher(api.client, routesGVR(), "test")
 	for _, c := range cases {
 		err := p.Patch(context.Background(), c.patch)
 		if !errors.Is(err, ErrInvalidPatch) || !strings.Contains(err.Error(), c.want) {
@@ -273,39 +265,44 @@ func TestNewMergePatch(t *testing.T) {
 	}
 }
 
-func TestNewStatusPatcherValidation(t *testing.T) {
+// TestNewMergePatcherValidation: invalid arguments are rejected with a
+// ConfigError naming the argument.
+func TestNewMergePatcherValidation(t *testing.T) {
 	api := newFakeAPIServer(t)
-	var nilClient *rest.RESTClient
+	cfg := &rest.Config{Host: api.srv.URL}
 	cases := []struct {
-		name   string
-		client rest.Interface
-		gvr    schema.GroupVersionResource
-		fm     string
-		want   string // the ConfigError's field
+		name string
+		cfg  *rest.Config
+		gvr  schema.GroupVersionResource
+		fm   string
+		want string // the ConfigError's field
 	}{
-		{"valid", api.client, routesGVR(), "fm", ""},
-		{"nil client", nil, routesGVR(), "fm", "client"},
-		{"nil pointer client", nilClient, routesGVR(), "fm", "client"},
-		{"no resource", api.client, schema.GroupVersionResource{Version: "v1"}, "fm", "gvr"},
-		{"no field manager", api.client, routesGVR(), "", "fieldManager"},
-		{"long field manager", api.client, routesGVR(), strings.Repeat("x", 129), "fieldManager"},
+		{"valid", cfg, routesGVR(), "fm", ""},
+		{"nil config", nil, routesGVR(), "fm", "cfg"},
+		{"a config no client can be built from", &rest.Config{Host: api.srv.URL, TLSClientConfig: rest.TLSClientConfig{CAFile: "/nonexistent/ca.crt"}}, routesGVR(), "fm", "cfg"},
+		{"no resource", cfg, schema.GroupVersionResource{Version: "v1"}, "fm", "gvr"},
+		{"no version", cfg, schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Resource: "httproutes"}, "fm", "gvr"},
+		{"no field manager", cfg, routesGVR(), "", "fieldManager"},
+		{"long field manager", cfg, routesGVR(), strings.Repeat("x", 129), "fieldManager"},
+		{"field manager of the longest length", cfg, routesGVR(), strings.Repeat("x", 128), ""},
 	}
 	for _, c := range cases {
-		_, err := NewStatusPatcher(c.client, c.gvr, c.fm)
+		p, err := NewMergePatcher(c.cfg, c.gvr, c.fm)
 		var ce *base.ConfigError
 		switch {
-		case c.want == "" && err != nil:
-			t.Errorf("%s: %v", c.name, err)
-		case c.want != "" && (!errors.As(err, &ce) || ce.Field != c.want):
-			t.Errorf("%s: err = %v, want a ConfigError naming %s", c.name, err, c.want)
+		case c.want == "" && (err != nil || p == nil):
+			t.Errorf("%s: %v, %v", c.name, p, err)
+		case c.want != "" && (p != nil || !errors.As(err, &ce) || ce.Field != c.want || !errors.Is(err, base.ErrInvalidConfig)):
+			t.Errorf("%s: NewMergePatcher = %v, %v; want a ConfigError naming %s", c.name, p, err, c.want)
 		}
 	}
 }
 
-// The REST patcher sends the same request as the dynamic one, and returns a
-// 429 to its caller at once instead of sleeping its Retry-After and trying
-// again: the dispatcher holds every call back for the window.
-func TestStatusPatcherForConfig(t *testing.T) {
+// The patcher NewMergePatcher builds on a rest.Config sends the same
+// request as the one on a REST client, and returns a 429 to its caller at
+// once instead of sleeping its Retry-After and trying again: the
+// dispatcher holds every call back for the window.
+func TestNewMergePatcher(t *testing.T) {
 	for _, c := range []struct {
 		name, namespace, wantPath string
 		gvr                       schema.GroupVersionResource
@@ -317,7 +314,7 @@ func TestStatusPatcherForConfig(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			api := newFakeAPIServer(t)
 			api.respond(http.StatusOK, okRoute)
-			p, err := NewStatusPatcherForConfig(&rest.Config{Host: api.srv.URL}, c.gvr, "example.com/route-status")
+			p, err := NewMergePatcher(&rest.Config{Host: api.srv.URL}, c.gvr, "example.com/route-status")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -344,7 +341,7 @@ func TestStatusPatcherForConfig(t *testing.T) {
 		t.Run("429 is returned, not retried: "+body[:10], func(t *testing.T) {
 			api := newFakeAPIServer(t)
 			api.respondWithHeader(http.StatusTooManyRequests, body, "Retry-After", "1")
-			p, err := NewStatusPatcherForConfig(&rest.Config{Host: api.srv.URL}, routesGVR(), "test")
+			p, err := NewMergePatcher(&rest.Config{Host: api.srv.URL}, routesGVR(), "test")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -352,8 +349,9 @@ func TestStatusPatcherForConfig(t *testing.T) {
 			if outcome.Of(err) != outcome.Throttled {
 				t.Fatalf("err %v, want throttled", err)
 			}
-			if d, ok := retryAfter(err); !ok || d != time.Second {
-				t.Errorf("Retry-After %v %v, want 1s", d, ok)
+			// What the dispatcher reads to hold the calls back.
+			if secs, ok := apierrors.SuggestsClientDelay(err); !ok || secs != 1 {
+				t.Errorf("Retry-After %vs %v, want 1s", secs, ok)
 			}
 			if n := len(api.requests()); n != 1 {
 				t.Errorf("%d requests, want 1: no retry behind the dispatcher's back", n)
@@ -361,23 +359,21 @@ func TestStatusPatcherForConfig(t *testing.T) {
 		})
 	}
 	t.Run("bad input", func(t *testing.T) {
-		if _, err := NewStatusPatcherForConfig(nil, routesGVR(), "x"); !errors.Is(err, base.ErrInvalidConfig) {
-			t.Errorf("nil config: %v, want a ConfigError", err)
+		var ce *base.ConfigError
+		if _, err := NewMergePatcher(nil, routesGVR(), "x"); !errors.Is(err, base.ErrInvalidConfig) || !errors.As(err, &ce) || ce.Field != "cfg" {
+			t.Errorf("nil config: %v, want a ConfigError naming cfg", err)
 		}
-		if _, err := NewStatusPatcherForConfig(&rest.Config{}, routesGVR(), ""); err == nil {
-			t.Error("empty field manager accepted")
+		if _, err := NewMergePatcher(&rest.Config{}, routesGVR(), ""); !errors.As(err, &ce) || ce.Field != "fieldManager" {
+			t.Errorf("empty field manager: %v, want a ConfigError naming fieldManager", err)
 		}
 	})
 }
 
 // PatchVersion reports the resourceVersion of the object the server
 // answered with, and nothing when the call failed.
-func TestStatusPatcherVersion(t *testing.T) {
+func TestMergePatcherVersion(t *testing.T) {
 	api := newFakeAPIServer(t)
-	p, err := NewStatusPatcher(api.client, routesGVR(), "example.com/route-status")
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := newMergePatcher(api.client, routesGVR(), "example.com/route-status")
 	var _ VersionPatcher[MergePatch] = p
 	patch := MergePatch{Namespace: "ns", Name: "r1", ResourceVersion: "4711", Status: json.RawMessage(`{}`)}
 	api.respond(http.StatusOK, `{"kind":"HTTPRoute","apiVersion":"gateway.networking.k8s.io/v1","metadata":{"name":"r1","namespace":"ns","resourceVersion":"4712"}}`)
