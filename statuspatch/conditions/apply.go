@@ -25,8 +25,9 @@ type ApplyOptions struct {
 // the applied status holds only the conditions the Applier owns
 // (Config.OwnedTypes, or else the types Config.Conditions returns), each
 // with observedGeneration (the object's generation unless set) and
-// lastTransitionTime (kept from the current condition of the same type and
-// status, else the time of the patch); the Fields of Config.Fields; and,
+// lastTransitionTime ([TransitionTime]: kept from the current condition of
+// the same type and status, else the time of the patch); the Fields of
+// Config.Fields; and,
 // with ApplyOptions.ObservedGeneration, status.observedGeneration. It never
 // reads or writes another writer's conditions, and builds no precondition.
 //

@@ -87,10 +87,11 @@ type Config[O any] struct {
 // The user supplies only the function from an object to its conditions
 // (Config.Conditions); the Computer reads the current status, compares
 // ([Equal]: order and LastTransitionTime ignored, plus observedGeneration),
-// keeps LastTransitionTime where a condition's status did not change,
-// validates the conditions as the API server would (a condition the CRD
-// would reject makes the object an error, not a rejected write), and builds
-// a [statuspatch.MergePatch] with a resourceVersion precondition.
+// keeps LastTransitionTime where a condition's status did not change
+// ([TransitionTime]), validates the conditions as the API server would
+// ([Validate]: a condition the CRD would reject makes the object an error,
+// not a rejected write), and builds a [statuspatch.MergePatch] with a
+// resourceVersion precondition.
 //
 // It writes only the condition types it owns (Config.OwnedTypes, or else
 // the types Config.Conditions returns): other conditions are left as read,
@@ -107,7 +108,8 @@ type Config[O any] struct {
 // object costs little beyond Config.Conditions (docs/performance.md).
 type Computer[O metav1.Object] struct {
 	cfg      Config[O]
-	owned    []string // Config.OwnedTypes; nil: the types Conditions returns
+	owned    []string          // Config.OwnedTypes; nil: the types Conditions returns
+	owns     func(string) bool // in owned; nil without OwnedTypes (for Merge)
 	clk      clock.PassiveClock
 	unstruct bool
 	status   int            // index of the Status field (typed)
@@ -133,6 +135,9 @@ func New[O metav1.Object](cfg Config[O]) (*Computer[O], error) {
 		}
 	}
 	c := &Computer[O]{cfg: cfg, owned: slices.Clone(cfg.OwnedTypes), clk: cfg.Clock}
+	if c.owned != nil {
+		c.owns = func(t string) bool { return slices.Contains(c.owned, t) }
+	}
 	if c.clk == nil {
 		c.clk = clock.RealClock{}
 	}
@@ -242,20 +247,6 @@ func (c *Computer[O]) checkOwned(conds []metav1.Condition) error {
 	return nil
 }
 
-// owns reports whether the Computer owns condition type t, given the
-// conditions computed for the object.
-func (c *Computer[O]) owns(t string, desired []metav1.Condition) bool {
-	if slices.Contains(c.owned, t) {
-		return true
-	}
-	for i := range desired {
-		if desired[i].Type == t {
-			return true
-		}
-	}
-	return false
-}
-
 // Equal reports whether a and b have the same observedGeneration, the same
 // owned conditions ([Equal]: order and LastTransitionTime ignored) and the
 // same values of b's Fields. A current status (from [Computer.Current])
@@ -319,7 +310,7 @@ func (c *Computer[O]) equalOwned(cur, desired []metav1.Condition) bool {
 	}
 	n := 0
 	for i := range cur {
-		if c.owns(cur[i].Type, desired) {
+		if owned(cur[i].Type, c.owns, desired) {
 			n++
 		}
 	}

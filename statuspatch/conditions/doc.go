@@ -17,6 +17,14 @@
 //     type and several controllers write it, each its own types: no
 //     read-modify-write, no 409. Keep the Computer's merge patch for atomic
 //     lists and when the resourceVersion precondition must fail a late write.
+//   - [Merge], [TransitionTime] and [Validate] are the building blocks the
+//     Computer and the Applier are made of, pure functions over
+//     []metav1.Condition, for a StatusComputer written by hand and for
+//     conditions inside listed entries: Merge keeps other writers'
+//     conditions as read and in place, replaces ours in place, removes
+//     ours no longer computed, appends new ones; TransitionTime keeps a
+//     condition's lastTransitionTime while its status holds; Validate
+//     checks conditions as the API server would.
 //
 // Which conditions a Computer writes: the types it owns, and no others. It
 // owns the types listed in Config.OwnedTypes, or, without that list, the
