@@ -1,11 +1,15 @@
 package conditions
 
 import (
+	"fmt"
+	"reflect"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/quietpatch/quietpatch/statuspatch"
+	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
 // ApplyOptions say what an [Applier] applies besides its conditions. The
@@ -14,7 +18,8 @@ type ApplyOptions struct {
 	// ObservedGeneration applies status.observedGeneration too, and makes
 	// it part of Equal: for a writer that alone owns it. With several
 	// writers of one status, leave it off: each condition's own
-	// observedGeneration says which generation it was computed from.
+	// observedGeneration says which generation it was computed from. A
+	// typed O whose status has no ObservedGeneration cannot have it.
 	ObservedGeneration bool
 }
 
@@ -47,11 +52,17 @@ type Applier[O metav1.Object] struct {
 var _ statuspatch.StatusComputer[*unstructured.Unstructured, Status, statuspatch.ApplyPatch] = (*Applier[*unstructured.Unstructured])(nil)
 
 // NewApplier returns an Applier for objects of type O. cfg and its errors
-// are those of [New].
+// are those of [New]; with ApplyOptions.ObservedGeneration, a typed O
+// whose status has no ObservedGeneration is a [*outcome.ConfigError] on
+// "O" too.
 func NewApplier[O metav1.Object](cfg Config[O], opts ApplyOptions) (*Applier[O], error) {
 	c, err := New(cfg)
 	if err != nil {
 		return nil, err
+	}
+	if opts.ObservedGeneration && !c.hasGeneration() {
+		return nil, &outcome.ConfigError{Field: "O", Reason: fmt.Sprintf(
+			"must have a field Status.ObservedGeneration int64 for ApplyOptions.ObservedGeneration, %v has none", reflect.TypeFor[O]())}
 	}
 	return &Applier[O]{c: c, opts: opts}, nil
 }

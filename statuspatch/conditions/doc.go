@@ -6,11 +6,18 @@
 //     hot-path StatusComputer.Equal. [CmpEqual] with [IgnoreTransitionTime]
 //     and [SortByType] does the same through go-cmp, at a thousand times the
 //     cost: convenient in tests and for statuses compared rarely.
-//   - [Computer] is a complete statuspatch.StatusComputer for the common
+//   - [Computer] is a complete statuspatch.StatusComputer for a status with
+//     conditions at its top level: the user writes only the function from
+//     an object to its conditions. It serves two shapes: the common
 //     custom-resource status, status.observedGeneration plus
-//     status.conditions: the user writes only the function from an object
-//     to its conditions. It works for typed objects (kubebuilder's shape)
-//     and for *unstructured.Unstructured.
+//     status.conditions (kubebuilder's), and Gateway API's, with
+//     status.conditions only, each condition carrying its own
+//     observedGeneration (Gateway, GatewayClass): a typed status without a
+//     field ObservedGeneration has none read, compared or written. It works
+//     for typed objects and for *unstructured.Unstructured (whose
+//     status.observedGeneration it always writes). Further status fields,
+//     such as the conditions inside Gateway's status.listeners[], are
+//     computed through Config.Fields with the building blocks below.
 //   - [Applier] is the same for a server-side apply of the status
 //     (statuspatch.ApplyPatch): its patch holds only the conditions it owns.
 //     Choose it when the CRD's status.conditions is listType=map keyed by

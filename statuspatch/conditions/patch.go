@@ -9,9 +9,9 @@ import (
 	"github.com/quietpatch/quietpatch/statuspatch"
 )
 
-// Patch builds the merge patch of status.observedGeneration,
-// status.conditions and the Fields, with the object's resourceVersion as
-// precondition. The conditions are those of obj as it
+// Patch builds the merge patch of status.conditions, the Fields and, when
+// the status has one, status.observedGeneration, with the object's
+// resourceVersion as precondition. The conditions are those of obj as it
 // is now, with desired's merged in as [Merge] does: the foreign ones
 // exactly as read and in their order, the owned ones replaced in place by
 // desired's (LastTransitionTime from [TransitionTime]), the owned ones
@@ -29,7 +29,9 @@ func (c *Computer[O]) Patch(obj O, desired Status) (statuspatch.MergePatch, erro
 	for k, v := range desired.Fields {
 		status[k] = v
 	}
-	status["observedGeneration"] = desired.ObservedGeneration
+	if c.hasGeneration() {
+		status["observedGeneration"] = desired.ObservedGeneration
+	}
 	status["conditions"] = c.merge(obj, current, owned)
 	return statuspatch.NewMergePatch(obj, status)
 }
