@@ -67,7 +67,10 @@ type Config[O any] struct {
 	// are compared with the object's current values by their JSON
 	// encoding, which costs an encoding of each field per object and
 	// pass, and patched with the rest. Names "conditions" and
-	// "observedGeneration" are rejected. Optional.
+	// "observedGeneration" are rejected. Conditions inside listed entries
+	// (a Gateway's status.listeners[]) are such fields: compute each
+	// entry's with [Merge] from its current ones, so that an unchanged
+	// entry encodes as it is. Optional.
 	Fields func(obj O) (map[string]any, error)
 	// Clock gives the LastTransitionTime of changed conditions. Default the
 	// real clock.
@@ -269,9 +272,8 @@ func (c *Computer[O]) checkOwned(conds []metav1.Condition) error {
 }
 
 // Equal reports whether a and b have the same observedGeneration (zero
-// both for a status without one), the same
-// owned conditions ([Equal]: order and LastTransitionTime ignored) and the
-// same values of b's Fields. A current status (from [Computer.Current])
+// both for a status without one), the same owned conditions ([Equal]:
+// order and LastTransitionTime ignored) and the same values of b's Fields. A current status (from [Computer.Current])
 // compared with a desired one (from [Computer.Desired]) is compared on the
 // owned conditions only: foreign conditions never make a difference. Two
 // desired statuses, or two current ones, compare all their conditions.
@@ -332,7 +334,7 @@ func (c *Computer[O]) equalOwned(cur, desired []metav1.Condition) bool {
 	}
 	n := 0
 	for i := range cur {
-		if owned(cur[i].Type, c.owns, desired) {
+		if isOwned(cur[i].Type, c.owns, desired) {
 			n++
 		}
 	}

@@ -30,10 +30,10 @@ import (
 //   - The conditions of desired not written yet are appended, in desired's
 //     order.
 //
-// Each condition written from desired is desired's, with the
-// LastTransitionTime [TransitionTime] gives it from current and now:
-// set ObservedGeneration (to metadata.generation) in desired. Merge
-// changes neither list, returns a new one, never nil (an empty list
+// A condition of desired is written as desired has it (set its
+// ObservedGeneration to metadata.generation there) but for its
+// LastTransitionTime, which [TransitionTime] gives from current and now.
+// Merge changes neither list, returns a new one, never nil (an empty list
 // encodes as [], not null), and checks nothing ([Validate]).
 func Merge(current, desired []metav1.Condition, owns func(conditionType string) bool, now metav1.Time) []metav1.Condition {
 	return merge(current, func(i int) string { return current[i].Type }, desired, owns,
@@ -88,9 +88,9 @@ func storable(t metav1.Time) bool {
 	return y >= 1 && y <= 9999
 }
 
-// owned reports whether a condition of type t is owned: owns reports it,
-// or desired holds it.
-func owned(t string, owns func(string) bool, desired []metav1.Condition) bool {
+// isOwned reports whether a condition of type t is owned: owns reports
+// it, or desired holds it.
+func isOwned(t string, owns func(string) bool, desired []metav1.Condition) bool {
 	if owns != nil && owns(t) {
 		return true
 	}
@@ -117,7 +117,7 @@ func merge[E any](current []E, typeOf func(i int) string, desired []metav1.Condi
 	}
 	for i := range current {
 		t := typeOf(i)
-		if !owned(t, owns, desired) {
+		if !isOwned(t, owns, desired) {
 			out = append(out, current[i])
 			continue
 		}
