@@ -1,10 +1,14 @@
 package conditions
 
 import (
+	"fmt"
+	"reflect"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/quietpatch/quietpatch/internal/base"
 	"github.com/quietpatch/quietpatch/statuspatch"
 )
 
@@ -14,7 +18,8 @@ type ApplyOptions struct {
 	// ObservedGeneration applies status.observedGeneration too, and makes
 	// it part of Equal: for a writer that alone owns it. With several
 	// writers of one status, leave it off: each condition's own
-	// observedGeneration says which generation it was computed from.
+	// observedGeneration says which generation it was computed from. A
+	// typed O whose status has no ObservedGeneration cannot have it.
 	ObservedGeneration bool
 }
 
@@ -25,8 +30,9 @@ type ApplyOptions struct {
 // the applied status holds only the conditions the Applier owns
 // (Config.OwnedTypes, or else the types Config.Conditions returns), each
 // with observedGeneration (the object's generation unless set) and
-// lastTransitionTime (kept from the current condition of the same type and
-// status, else the time of the patch); the Fields of Config.Fields; and,
+// lastTransitionTime ([TransitionTime]: kept from the current condition of
+// the same type and status, else the time of the patch); the Fields of
+// Config.Fields; and,
 // with ApplyOptions.ObservedGeneration, status.observedGeneration. It never
 // reads or writes another writer's conditions, and builds no precondition.
 //
@@ -46,11 +52,17 @@ type Applier[O metav1.Object] struct {
 var _ statuspatch.StatusComputer[*unstructured.Unstructured, Status, statuspatch.ApplyPatch] = (*Applier[*unstructured.Unstructured])(nil)
 
 // NewApplier returns an Applier for objects of type O. cfg and its errors
-// are those of [New].
+// are those of [New]; with ApplyOptions.ObservedGeneration, a typed O
+// whose status has no ObservedGeneration is a *quietpatch.ConfigError on
+// "O" too.
 func NewApplier[O metav1.Object](cfg Config[O], opts ApplyOptions) (*Applier[O], error) {
 	c, err := New(cfg)
 	if err != nil {
 		return nil, err
+	}
+	if opts.ObservedGeneration && !c.hasGeneration() {
+		return nil, &base.ConfigError{Field: "O", Reason: fmt.Sprintf(
+			"must have a field Status.ObservedGeneration int64 for ApplyOptions.ObservedGeneration, %v has none", reflect.TypeFor[O]())}
 	}
 	return &Applier[O]{c: c, opts: opts}, nil
 }

@@ -3,7 +3,6 @@ package conditions
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -20,16 +19,14 @@ import (
 	"github.com/quietpatch/quietpatch/statuspatch"
 )
 
-// ErrInvalidType is wrapped by the error [New] returns when O does not have
-// the status shape it needs; the message says what is missing.
-var ErrInvalidType = errors.New("conditions: object type without the expected status")
-
 // Status is the status the [Computer] reads, computes and patches:
-// status.observedGeneration, status.conditions, and optionally further
-// fields the controller owns.
+// status.conditions, status.observedGeneration when the object's status
+// has it, and optionally further fields the controller owns.
 type Status struct {
 	// ObservedGeneration is status.observedGeneration: the
-	// metadata.generation the status was computed from.
+	// metadata.generation the status was computed from. Zero, and neither
+	// compared nor written, for a typed object whose status has no such
+	// field (Gateway API's).
 	ObservedGeneration int64
 	// Conditions is status.conditions. In a status from [Computer.Desired]
 	// it holds only the conditions the Computer owns, as computed; the
@@ -70,27 +67,36 @@ type Config[O any] struct {
 	// are compared with the object's current values by their JSON
 	// encoding, which costs an encoding of each field per object and
 	// pass, and patched with the rest. Names "conditions" and
-	// "observedGeneration" are rejected. Optional.
+	// "observedGeneration" are rejected. Conditions inside listed entries
+	// (a Gateway's status.listeners[]) are such fields: compute each
+	// entry's with [Merge] from its current ones, so that an unchanged
+	// entry encodes as it is. Optional.
 	Fields func(obj O) (map[string]any, error)
 	// Clock gives the LastTransitionTime of changed conditions. Default the
 	// real clock.
 	Clock clock.PassiveClock
 }
 
-// Computer is a [statuspatch.StatusComputer] for objects whose status is
-// the common shape of custom resources:
+// Computer is a [statuspatch.StatusComputer] for objects whose status
+// holds conditions at its top level: the common shape of custom resources
+// (kubebuilder's), and Gateway API's (Gateway, GatewayClass), where each
+// condition says which generation it was computed from and the status has
+// no observedGeneration of its own:
 //
 //	status:
-//	  observedGeneration: <metadata.generation>
+//	  observedGeneration: <metadata.generation>   # if the type has it
 //	  conditions: [ {type, status, observedGeneration, lastTransitionTime, reason, message}, … ]
 //
 // The user supplies only the function from an object to its conditions
 // (Config.Conditions); the Computer reads the current status, compares
 // ([Equal]: order and LastTransitionTime ignored, plus observedGeneration),
-// keeps LastTransitionTime where a condition's status did not change,
-// validates the conditions as the API server would (a condition the CRD
-// would reject makes the object an error, not a rejected write), and builds
-// a [statuspatch.MergePatch] with a resourceVersion precondition.
+// keeps LastTransitionTime where a condition's status did not change
+// ([TransitionTime]), validates the conditions as the API server would
+// ([Validate]: a condition the CRD would reject makes the object an error,
+// not a rejected write), and builds a [statuspatch.MergePatch] with a
+// resourceVersion precondition. Conditions nested in listed entries
+// (Gateway listeners[]) are further fields (Config.Fields), computed with
+// [Merge].
 //
 // It writes only the condition types it owns (Config.OwnedTypes, or else
 // the types Config.Conditions returns): other conditions are left as read,
@@ -99,29 +105,33 @@ type Config[O any] struct {
 // it safe against a concurrent writer (409 Conflict, then a recompute).
 //
 // O is either *unstructured.Unstructured (for CRDs without Go types; the
-// status is read from the object's map, which allocates per object) or a
+// status is read from the object's map, which allocates per object, and
+// its status.observedGeneration is read, compared and written) or a
 // pointer to a struct with a field Status holding a field Conditions
-// []metav1.Condition and a field ObservedGeneration int64 — the shape
-// kubebuilder generates. Typed objects are read through reflection set up
+// []metav1.Condition and, optionally, a field ObservedGeneration int64:
+// kubebuilder's shape, *gatewayv1.Gateway, *gatewayv1.GatewayClass.
+// Without ObservedGeneration, status.observedGeneration is neither read,
+// compared nor written. Typed objects are read through reflection set up
 // once by [New]: reading a status allocates nothing, and an unchanged
 // object costs little beyond Config.Conditions (docs/performance.md).
 type Computer[O metav1.Object] struct {
 	cfg      Config[O]
-	owned    []string // Config.OwnedTypes; nil: the types Conditions returns
+	owned    []string          // Config.OwnedTypes; nil: the types Conditions returns
+	owns     func(string) bool // in owned; nil without OwnedTypes (for Merge)
 	clk      clock.PassiveClock
 	unstruct bool
 	status   int            // index of the Status field (typed)
 	conds    int            // index of Status.Conditions
-	gen      int            // index of Status.ObservedGeneration
+	gen      int            // index of Status.ObservedGeneration; -1: none
 	byJSON   map[string]int // Status fields by JSON name (typed)
 }
 
 var _ statuspatch.StatusComputer[*unstructured.Unstructured, Status, statuspatch.MergePatch] = (*Computer[*unstructured.Unstructured])(nil)
 
-// New returns a Computer for objects of type O, or an error: a
-// [*base.ConfigError] when Conditions is nil or OwnedTypes holds an
-// invalid condition type, an error wrapping [ErrInvalidType] when O has not
-// the status shape described on [Computer].
+// New returns a Computer for objects of type O, or a *quietpatch.ConfigError:
+// on Conditions when it is nil, on OwnedTypes when it holds an invalid
+// condition type, on "O" when O has not the status shape described on
+// [Computer] (the Reason says what is missing).
 func New[O metav1.Object](cfg Config[O]) (*Computer[O], error) {
 	if cfg.Conditions == nil {
 		return nil, &base.ConfigError{Field: "Conditions", Reason: "must be set"}
@@ -133,6 +143,9 @@ func New[O metav1.Object](cfg Config[O]) (*Computer[O], error) {
 		}
 	}
 	c := &Computer[O]{cfg: cfg, owned: slices.Clone(cfg.OwnedTypes), clk: cfg.Clock}
+	if c.owned != nil {
+		c.owns = func(t string) bool { return slices.Contains(c.owned, t) }
+	}
 	if c.clk == nil {
 		c.clk = clock.RealClock{}
 	}
@@ -141,25 +154,31 @@ func New[O metav1.Object](cfg Config[O]) (*Computer[O], error) {
 		c.unstruct = true
 		return c, nil
 	}
-	t := reflect.TypeOf((*O)(nil)).Elem()
+	t := reflect.TypeFor[O]()
+	badType := func(format string, args ...any) error {
+		return &base.ConfigError{Field: "O", Reason: "must be *unstructured.Unstructured or a pointer to a struct whose field Status " +
+			"holds Conditions []metav1.Condition (and optionally ObservedGeneration int64): " + fmt.Sprintf(format, args...)}
+	}
 	if t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
-		return nil, fmt.Errorf("%w: %v is not a pointer to a struct", ErrInvalidType, t)
+		return nil, badType("%v is not a pointer to a struct", t)
 	}
 	st, ok := t.Elem().FieldByName("Status")
 	if !ok || len(st.Index) != 1 || st.Type.Kind() != reflect.Struct {
-		return nil, fmt.Errorf("%w: %v has no struct field Status", ErrInvalidType, t.Elem())
+		return nil, badType("%v has no struct field Status", t.Elem())
 	}
 	c.status = st.Index[0]
 	cf, ok := st.Type.FieldByName("Conditions")
-	if !ok || len(cf.Index) != 1 || cf.Type != reflect.TypeOf([]metav1.Condition(nil)) {
-		return nil, fmt.Errorf("%w: %v.Status has no field Conditions []metav1.Condition", ErrInvalidType, t.Elem())
+	if !ok || len(cf.Index) != 1 || cf.Type != reflect.TypeFor[[]metav1.Condition]() {
+		return nil, badType("%v.Status has no field Conditions []metav1.Condition", t.Elem())
 	}
 	c.conds = cf.Index[0]
-	gf, ok := st.Type.FieldByName("ObservedGeneration")
-	if !ok || len(gf.Index) != 1 || gf.Type.Kind() != reflect.Int64 {
-		return nil, fmt.Errorf("%w: %v.Status has no field ObservedGeneration int64", ErrInvalidType, t.Elem())
+	c.gen = -1
+	if gf, ok := st.Type.FieldByName("ObservedGeneration"); ok {
+		if len(gf.Index) != 1 || gf.Type.Kind() != reflect.Int64 {
+			return nil, badType("%v.Status.ObservedGeneration is not an int64", t.Elem())
+		}
+		c.gen = gf.Index[0]
 	}
-	c.gen = gf.Index[0]
 	c.byJSON = map[string]int{}
 	for i := range st.Type.NumField() {
 		f := st.Type.Field(i)
@@ -189,17 +208,24 @@ func (c *Computer[O]) Current(obj O) Status {
 		return Status{}
 	}
 	st := v.Elem().Field(c.status)
-	return Status{
-		ObservedGeneration: st.Field(c.gen).Int(),
-		Conditions:         *(st.Field(c.conds).Addr().Interface().(*[]metav1.Condition)),
-		obj:                obj,
+	s := Status{
+		Conditions: *(st.Field(c.conds).Addr().Interface().(*[]metav1.Condition)),
+		obj:        obj,
 	}
+	if c.gen >= 0 {
+		s.ObservedGeneration = st.Field(c.gen).Int()
+	}
+	return s
 }
 
+// hasGeneration reports whether the status has an observedGeneration.
+func (c *Computer[O]) hasGeneration() bool { return c.unstruct || c.gen >= 0 }
+
 // Desired calls Config.Conditions (and Config.Fields) and completes the
-// result with the object's generation. Its Conditions are the owned ones
-// only. It fails when Config.OwnedTypes is set and a condition's type is
-// not in it.
+// result with the object's generation: each condition's ObservedGeneration
+// when zero, and the status's when it has one. Its Conditions are the
+// owned ones only. It fails when Config.OwnedTypes is set and a
+// condition's type is not in it.
 func (c *Computer[O]) Desired(obj O) (Status, error) {
 	conds, err := c.cfg.Conditions(obj)
 	if err != nil {
@@ -214,7 +240,10 @@ func (c *Computer[O]) Desired(obj O) (Status, error) {
 			conds[i].ObservedGeneration = gen
 		}
 	}
-	s := Status{ObservedGeneration: gen, Conditions: conds, desired: true}
+	s := Status{Conditions: conds, desired: true}
+	if c.hasGeneration() {
+		s.ObservedGeneration = gen
+	}
 	if c.cfg.Fields != nil {
 		if s.Fields, err = c.cfg.Fields(obj); err != nil {
 			return Status{}, err
@@ -242,23 +271,9 @@ func (c *Computer[O]) checkOwned(conds []metav1.Condition) error {
 	return nil
 }
 
-// owns reports whether the Computer owns condition type t, given the
-// conditions computed for the object.
-func (c *Computer[O]) owns(t string, desired []metav1.Condition) bool {
-	if slices.Contains(c.owned, t) {
-		return true
-	}
-	for i := range desired {
-		if desired[i].Type == t {
-			return true
-		}
-	}
-	return false
-}
-
-// Equal reports whether a and b have the same observedGeneration, the same
-// owned conditions ([Equal]: order and LastTransitionTime ignored) and the
-// same values of b's Fields. A current status (from [Computer.Current])
+// Equal reports whether a and b have the same observedGeneration (zero
+// both for a status without one), the same owned conditions ([Equal]:
+// order and LastTransitionTime ignored) and the same values of b's Fields. A current status (from [Computer.Current])
 // compared with a desired one (from [Computer.Desired]) is compared on the
 // owned conditions only: foreign conditions never make a difference. Two
 // desired statuses, or two current ones, compare all their conditions.
@@ -319,7 +334,7 @@ func (c *Computer[O]) equalOwned(cur, desired []metav1.Condition) bool {
 	}
 	n := 0
 	for i := range cur {
-		if c.owns(cur[i].Type, desired) {
+		if isOwned(cur[i].Type, c.owns, desired) {
 			n++
 		}
 	}

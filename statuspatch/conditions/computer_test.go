@@ -270,11 +270,41 @@ func TestNewRejectsTypesWithoutTheStatusShape(t *testing.T) {
 			Conditions         []string
 		}
 	}
-	if _, err := conditions.New(conditions.Config[*noStatus]{Conditions: func(*noStatus) ([]metav1.Condition, error) { return nil, nil }}); !errors.Is(err, conditions.ErrInvalidType) || !strings.Contains(err.Error(), "Status") {
-		t.Errorf("no Status field: %v", err)
+	type badGen struct {
+		metav1.ObjectMeta
+		Status struct {
+			ObservedGeneration int32
+			Conditions         []metav1.Condition
+		}
 	}
-	if _, err := conditions.New(conditions.Config[*badConds]{Conditions: func(*badConds) ([]metav1.Condition, error) { return nil, nil }}); !errors.Is(err, conditions.ErrInvalidType) || !strings.Contains(err.Error(), "Conditions") {
-		t.Errorf("Conditions of another type: %v", err)
+	none := func(any) ([]metav1.Condition, error) { return nil, nil }
+	for _, tc := range []struct {
+		label   string
+		new     func() error
+		missing string
+	}{
+		{"no Status field", func() error {
+			_, err := conditions.New(conditions.Config[*noStatus]{Conditions: func(o *noStatus) ([]metav1.Condition, error) { return none(o) }})
+			return err
+		}, "has no struct field Status"},
+		{"Conditions of another type", func() error {
+			_, err := conditions.New(conditions.Config[*badConds]{Conditions: func(o *badConds) ([]metav1.Condition, error) { return none(o) }})
+			return err
+		}, "Status has no field Conditions []metav1.Condition"},
+		{"ObservedGeneration of another type", func() error {
+			_, err := conditions.New(conditions.Config[*badGen]{Conditions: func(o *badGen) ([]metav1.Condition, error) { return none(o) }})
+			return err
+		}, "Status.ObservedGeneration is not an int64"},
+		{"an Applier of status.observedGeneration without one", func() error {
+			_, err := conditions.NewApplier(conditions.Config[*lookalike]{Conditions: func(o *lookalike) ([]metav1.Condition, error) { return none(o) }},
+				conditions.ApplyOptions{ObservedGeneration: true})
+			return err
+		}, "Status.ObservedGeneration int64"},
+	} {
+		var ce *base.ConfigError
+		if err := tc.new(); !errors.As(err, &ce) || ce.Field != "O" || !strings.Contains(ce.Reason, tc.missing) {
+			t.Errorf("%s: %v, want a ConfigError on O saying %q", tc.label, err, tc.missing)
+		}
 	}
 	var ce *base.ConfigError
 	if _, err := conditions.New(conditions.Config[*gadget]{}); !errors.As(err, &ce) || ce.Field != "Conditions" {

@@ -6,17 +6,32 @@
 //     hot-path StatusComputer.Equal. [CmpEqual] with [IgnoreTransitionTime]
 //     and [SortByType] does the same through go-cmp, at a thousand times the
 //     cost: convenient in tests and for statuses compared rarely.
-//   - [Computer] is a complete statuspatch.StatusComputer for the common
+//   - [Computer] is a complete statuspatch.StatusComputer for a status with
+//     conditions at its top level: the user writes only the function from
+//     an object to its conditions. It serves two shapes: the common
 //     custom-resource status, status.observedGeneration plus
-//     status.conditions: the user writes only the function from an object
-//     to its conditions. It works for typed objects (kubebuilder's shape)
-//     and for *unstructured.Unstructured.
+//     status.conditions (kubebuilder's), and Gateway API's, with
+//     status.conditions only, each condition carrying its own
+//     observedGeneration (Gateway, GatewayClass): a typed status without a
+//     field ObservedGeneration has none read, compared or written. It works
+//     for typed objects and for *unstructured.Unstructured (whose
+//     status.observedGeneration it always writes). Further status fields,
+//     such as the conditions inside Gateway's status.listeners[], are
+//     computed through Config.Fields with the building blocks below.
 //   - [Applier] is the same for a server-side apply of the status
 //     (statuspatch.ApplyPatch): its patch holds only the conditions it owns.
 //     Choose it when the CRD's status.conditions is listType=map keyed by
 //     type and several controllers write it, each its own types: no
 //     read-modify-write, no 409. Keep the Computer's merge patch for atomic
 //     lists and when the resourceVersion precondition must fail a late write.
+//   - [Merge], [TransitionTime] and [Validate] are the building blocks the
+//     Computer and the Applier are made of, pure functions over
+//     []metav1.Condition, for a StatusComputer written by hand and for
+//     conditions inside listed entries: Merge keeps other writers'
+//     conditions as read and in place, replaces ours in place, removes
+//     ours no longer computed, appends new ones; TransitionTime keeps a
+//     condition's lastTransitionTime while its status holds; Validate
+//     checks conditions as the API server would.
 //
 // Which conditions a Computer writes: the types it owns, and no others. It
 // owns the types listed in Config.OwnedTypes, or, without that list, the

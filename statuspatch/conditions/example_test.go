@@ -34,6 +34,41 @@ func ExampleEqual() {
 	// false false
 }
 
+// The conditions of one entry of a list — a Gateway listener's, a route
+// parent's — computed by hand from the building blocks: this controller
+// owns Accepted, Programmed and Conflicted (set only while there is a
+// conflict); another one wrote example.com/Inspected. Merge keeps that one
+// as read and in place, replaces ours in place (Accepted keeps its time:
+// its status holds), removes Conflicted, appends Programmed; Validate
+// checks the result as the API server will.
+func ExampleMerge() {
+	t0 := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	now := metav1.NewTime(time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC))
+	current := []metav1.Condition{
+		{Type: "Accepted", Status: metav1.ConditionTrue, Reason: "Accepted", ObservedGeneration: 1, LastTransitionTime: t0},
+		{Type: "example.com/Inspected", Status: metav1.ConditionTrue, Reason: "Passed", ObservedGeneration: 1, LastTransitionTime: t0},
+		{Type: "Conflicted", Status: metav1.ConditionTrue, Reason: "HostnameConflict", ObservedGeneration: 1, LastTransitionTime: t0},
+	}
+	desired := []metav1.Condition{ // computed from generation 2
+		{Type: "Programmed", Status: metav1.ConditionTrue, Reason: "Programmed", ObservedGeneration: 2},
+		{Type: "Accepted", Status: metav1.ConditionTrue, Reason: "Accepted", ObservedGeneration: 2},
+	}
+	ours := func(t string) bool { return t == "Accepted" || t == "Programmed" || t == "Conflicted" }
+
+	merged := conditions.Merge(current, desired, ours, now)
+	if err := conditions.Validate(merged); err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, c := range merged {
+		fmt.Println(c.Type, c.Status, c.ObservedGeneration, c.LastTransitionTime.UTC().Format(time.DateOnly))
+	}
+	// Output:
+	// Accepted True 2 2026-01-01
+	// example.com/Inspected True 1 2026-01-01
+	// Programmed True 2 2026-12-05
+}
+
 // A StatusComputer for a status of conditions and observedGeneration: the
 // function from an object to its conditions is all there is to write. The
 // patch keeps the transition time of a condition whose status holds.

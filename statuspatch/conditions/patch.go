@@ -1,29 +1,25 @@
 package conditions
 
 import (
-	"fmt"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/quietpatch/quietpatch/statuspatch"
 )
 
-// Patch builds the merge patch of status.observedGeneration,
-// status.conditions and the Fields, with the object's resourceVersion as
-// precondition. The conditions are those of obj as it is now: the foreign
-// ones exactly as read and in their order, the owned ones replaced in
-// place by desired's (LastTransitionTime kept from the current condition of
-// the same Type and Status, else now), the owned ones desired lacks removed
-// (duplicates of an owned type too), desired's new ones appended. It fails,
-// sending nothing, when a desired condition is one the API server would
-// reject (metav1.Condition's validation: type, status True/False/Unknown,
-// reason, message length, unique types) or, with Config.OwnedTypes, is not
-// of an owned type. Foreign conditions are not validated: they are the
-// other writers' and already on the server.
+// Patch builds the merge patch of status.conditions, the Fields and, when
+// the status has one, status.observedGeneration, with the object's
+// resourceVersion as precondition. The conditions are those of obj as it
+// is now, with desired's merged in as [Merge] does: the foreign ones
+// exactly as read and in their order, the owned ones replaced in place by
+// desired's (LastTransitionTime from [TransitionTime]), the owned ones
+// desired lacks removed (duplicates of an owned type too), desired's new
+// ones appended. It fails, sending nothing, when a desired condition is
+// one the API server would reject ([Validate]) or, with Config.OwnedTypes,
+// is not of an owned type. Foreign conditions are not validated: they are
+// the other writers' and already on the server.
 func (c *Computer[O]) Patch(obj O, desired Status) (statuspatch.MergePatch, error) {
 	current, owned, err := c.settle(obj, desired)
 	if err != nil {
@@ -33,16 +29,17 @@ func (c *Computer[O]) Patch(obj O, desired Status) (statuspatch.MergePatch, erro
 	for k, v := range desired.Fields {
 		status[k] = v
 	}
-	status["observedGeneration"] = desired.ObservedGeneration
+	if c.hasGeneration() {
+		status["observedGeneration"] = desired.ObservedGeneration
+	}
 	status["conditions"] = c.merge(obj, current, owned)
 	return statuspatch.NewMergePatch(obj, status)
 }
 
 // settle returns obj's current status and the owned conditions to write:
-// desired's, each with the LastTransitionTime of the current condition of
-// the same Type and Status, else now. It fails when a condition is not of
-// an owned type (with Config.OwnedTypes) or is one the API server would
-// reject.
+// desired's, each with its [TransitionTime] from the current conditions.
+// It fails when a condition is not of an owned type (with
+// Config.OwnedTypes) or is one the API server would reject.
 func (c *Computer[O]) settle(obj O, desired Status) (Status, []metav1.Condition, error) {
 	if err := c.checkOwned(desired.Conditions); err != nil {
 		return Status{}, nil, err
@@ -51,68 +48,35 @@ func (c *Computer[O]) settle(obj O, desired Status) (Status, []metav1.Condition,
 	now := metav1.NewTime(c.clk.Now().Truncate(time.Second))
 	owned := make([]metav1.Condition, len(desired.Conditions))
 	for i, d := range desired.Conditions {
-		d.LastTransitionTime = now
-		for _, cur := range current.Conditions {
-			if cur.Type == d.Type && cur.Status == d.Status && !cur.LastTransitionTime.IsZero() {
-				d.LastTransitionTime = cur.LastTransitionTime
-				break
-			}
-		}
+		d.LastTransitionTime = TransitionTime(current.Conditions, d, now)
 		owned[i] = d
 	}
-	if errs := metav1validation.ValidateConditions(owned, field.NewPath("status", "conditions")); len(errs) > 0 {
-		return Status{}, nil, fmt.Errorf("conditions: the API server would reject these conditions: %w", errs.ToAggregate())
+	if err := Validate(owned); err != nil {
+		return Status{}, nil, err
 	}
 	return current, owned, nil
 }
 
-// merge returns the list of conditions to write: the entries of obj's
-// status.conditions (for unstructured objects, the raw entries of its map,
-// malformed ones included) with each owned one replaced by the one of owned
-// with its Type, at the first entry of that Type, and dropped otherwise;
-// then the owned conditions not placed yet.
-func (c *Computer[O]) merge(obj O, current Status, owned []metav1.Condition) []any {
+// merge returns the list of conditions to write, [Merge]'s: of a typed
+// object, over its conditions; of an unstructured one, over the raw
+// entries of its status.conditions, which it keeps as read (malformed
+// ones too: they have no owned type).
+func (c *Computer[O]) merge(obj O, current Status, owned []metav1.Condition) any {
+	same := func(d metav1.Condition) metav1.Condition { return d } // times set by settle
+	if !c.unstruct {
+		return merge(current.Conditions, func(i int) string { return current.Conditions[i].Type }, owned, c.owns, same)
+	}
 	var raw []any
-	n := len(current.Conditions)
-	if c.unstruct {
-		if u := any(obj).(*unstructured.Unstructured); u != nil {
-			st, _ := u.Object["status"].(map[string]any)
-			raw, _ = st["conditions"].([]any)
-		}
-		n = len(raw)
+	if u := any(obj).(*unstructured.Unstructured); u != nil {
+		st, _ := u.Object["status"].(map[string]any)
+		raw, _ = st["conditions"].([]any)
 	}
-	out := make([]any, 0, n+len(owned))
-	placed := make([]bool, len(owned))
-	for i := range n {
-		var (
-			t     string
-			entry any
-		)
-		if c.unstruct {
-			entry = raw[i]
-			m, _ := entry.(map[string]any)
-			t, _ = m["type"].(string)
-		} else {
-			entry = current.Conditions[i]
-			t = current.Conditions[i].Type
-		}
-		if !c.owns(t, owned) {
-			out = append(out, entry)
-			continue
-		}
-		for k := range owned {
-			if owned[k].Type == t && !placed[k] {
-				out, placed[k] = append(out, owned[k]), true
-				break
-			}
-		}
+	typeOf := func(i int) string {
+		m, _ := raw[i].(map[string]any)
+		t, _ := m["type"].(string)
+		return t
 	}
-	for k := range owned {
-		if !placed[k] {
-			out = append(out, owned[k])
-		}
-	}
-	return out
+	return merge(raw, typeOf, owned, c.owns, func(d metav1.Condition) any { return d })
 }
 
 // currentUnstructured reads status.observedGeneration and status.conditions

@@ -98,12 +98,12 @@ func (c *Computer) Options() Options {
 //
 // Each entry of ours carries Accepted and ResolvedRefs, with
 // observedGeneration = metadata.generation (negative values are written as
-// 0) and lastTransitionTime kept from the previous condition of the same type
-// when its status did not change, else now truncated to seconds (the
-// precision the API server stores). Conditions of other types found in an
-// entry of ours are kept in place — at most MaxConditions-2 of them, the
-// first ones, and only those the CRD would accept — since this controller
-// does not own them.
+// 0) and lastTransitionTime kept from the previous condition of the same
+// type and status, else now truncated to seconds (the precision the API
+// server stores): conditions.Merge and conditions.TransitionTime do it.
+// Conditions of other types found in an entry of ours are kept in place —
+// at most MaxConditions-2 of them, the first ones, and only those the CRD
+// would accept — since this controller does not own them.
 //
 // Accepted, for a Gateway: the listeners considered are those matching the
 // parentRef's sectionName and port (when set). None: False/NoMatchingParent.
@@ -316,83 +316,22 @@ func (ev *evaluation) entry(ref *gatewayv1.ParentReference, acc *verdict, prev [
 	ref.DeepCopyInto(&e.ParentRef)
 	ours := [2]metav1.Condition{
 		{
-			Type:    string(gatewayv1.RouteConditionAccepted),
-			Status:  acc.status,
-			Reason:  string(acc.reason),
-			Message: acc.msg.String(),
+			Type:               string(gatewayv1.RouteConditionAccepted),
+			Status:             acc.status,
+			ObservedGeneration: ev.gen,
+			Reason:             string(acc.reason),
+			Message:            acc.msg.String(),
 		},
 		{
-			Type:    string(gatewayv1.RouteConditionResolvedRefs),
-			Status:  rr.status,
-			Reason:  string(rr.reason),
-			Message: rr.msg.String(),
+			Type:               string(gatewayv1.RouteConditionResolvedRefs),
+			Status:             rr.status,
+			ObservedGeneration: ev.gen,
+			Reason:             string(rr.reason),
+			Message:            rr.msg.String(),
 		},
 	}
-	e.Conditions = ev.mergeConditions(prev, &ours)
+	e.Conditions = mergeConditions(prev, ours[:], ev.now)
 	return e
-}
-
-// mergeConditions returns the conditions of one entry of ours: ours replace
-// the previous conditions of their types in place (or are appended), other
-// valid conditions are kept in place while they fit in MaxConditions.
-func (ev *evaluation) mergeConditions(prev []metav1.Condition, ours *[2]metav1.Condition) []metav1.Condition {
-	out := make([]metav1.Condition, 0, min(len(prev)+len(ours), MaxConditions))
-	var placed [2]bool
-	others := 0
-	for i := range prev {
-		p := &prev[i]
-		k := -1
-		for j := range ours {
-			if p.Type == ours[j].Type {
-				k = j
-				break
-			}
-		}
-		if k >= 0 {
-			if !placed[k] {
-				placed[k] = true
-				out = append(out, ev.finish(&ours[k], p))
-			}
-			continue
-		}
-		if others >= MaxConditions-len(ours) || hasType(out, p.Type) {
-			continue
-		}
-		if f, _, _ := checkCondition(p); f != "" {
-			continue
-		}
-		others++
-		out = append(out, *p)
-	}
-	for k := range ours {
-		if !placed[k] {
-			out = append(out, ev.finish(&ours[k], nil))
-		}
-	}
-	return out
-}
-
-// finish sets observedGeneration and lastTransitionTime of c, keeping the
-// previous lastTransitionTime when the status did not change.
-func (ev *evaluation) finish(c *metav1.Condition, prev *metav1.Condition) metav1.Condition {
-	out := *c
-	out.ObservedGeneration = ev.gen
-	out.LastTransitionTime = ev.now
-	if prev != nil && prev.Status == c.Status && !prev.LastTransitionTime.IsZero() {
-		if y := prev.LastTransitionTime.UTC().Year(); y >= 1 && y <= 9999 {
-			out.LastTransitionTime = prev.LastTransitionTime
-		}
-	}
-	return out
-}
-
-func hasType(conds []metav1.Condition, t string) bool {
-	for i := range conds {
-		if conds[i].Type == t {
-			return true
-		}
-	}
-	return false
 }
 
 // sanitize makes s a valid condition message: valid UTF-8 of at most

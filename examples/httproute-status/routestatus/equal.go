@@ -3,6 +3,8 @@ package routestatus
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/quietpatch/quietpatch/statuspatch/conditions"
 )
 
 // Equal reports whether a and b are the same status for the purpose of
@@ -19,9 +21,10 @@ import (
 //     group and kind equal gateway.networking.k8s.io and Gateway, nil
 //     namespace, sectionName and port equal empty ones), so that a status the
 //     server has defaulted is not rewritten forever;
-//   - conditions are compared as sets, ignoring their order and their
-//     lastTransitionTime; type, status, reason, message and
-//     observedGeneration must be equal.
+//   - conditions are compared as conditions.Equal compares them: ignoring
+//     their order and their lastTransitionTime, each condition (type,
+//     status, reason, message and observedGeneration) as often in one list
+//     as in the other.
 //
 // A nil and an empty parents list are equal; a list is equal to itself at
 // once (the status UpToDate found up to date, compared with itself).
@@ -36,40 +39,11 @@ func Equal(a, b gatewayv1.HTTPRouteStatus) bool {
 		pa, pb := &a.Parents[i], &b.Parents[i]
 		if pa.ControllerName != pb.ControllerName ||
 			!parentRefEqual(&pa.ParentRef, &pb.ParentRef) ||
-			!conditionsEqual(pa.Conditions, pb.Conditions) {
+			!conditions.Equal(pa.Conditions, pb.Conditions) {
 			return false
 		}
 	}
 	return true
-}
-
-// conditionsEqual compares two condition lists as sets, ignoring
-// lastTransitionTime: same length, and every condition of each list has an
-// equal one in the other.
-func conditionsEqual(a, b []metav1.Condition) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if !containsCondition(b, &a[i]) {
-			return false
-		}
-	}
-	for i := range b {
-		if !containsCondition(a, &b[i]) {
-			return false
-		}
-	}
-	return true
-}
-
-func containsCondition(list []metav1.Condition, c *metav1.Condition) bool {
-	for i := range list {
-		if conditionEqual(&list[i], c) {
-			return true
-		}
-	}
-	return false
 }
 
 func conditionEqual(a, b *metav1.Condition) bool {

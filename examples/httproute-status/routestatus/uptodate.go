@@ -3,6 +3,8 @@ package routestatus
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/quietpatch/quietpatch/statuspatch/conditions"
 )
 
 // UpToDate reports whether route's status is already the one Compute would
@@ -111,10 +113,10 @@ func (c *Computer) UpToDate(route *gatewayv1.HTTPRoute, lk Lookup) bool {
 // entryEqual compares two entries as Equal does.
 func entryEqual(a, b *gatewayv1.RouteParentStatus) bool {
 	return a.ControllerName == b.ControllerName && parentRefEqual(&a.ParentRef, &b.ParentRef) &&
-		conditionsEqual(a.Conditions, b.Conditions)
+		conditions.Equal(a.Conditions, b.Conditions)
 }
 
-// conditionsUpToDate reports whether have equals, as conditionsEqual
+// conditionsUpToDate reports whether have equals, as conditions.Equal
 // compares them, the conditions mergeConditions builds from prev and the
 // verdicts (acc for Accepted, the route's ResolvedRefs): the same
 // selection, without building it.
@@ -172,6 +174,9 @@ func (ev *evaluation) conditionsUpToDate(prev []metav1.Condition, acc *verdict, 
 	if n != len(have) {
 		return false
 	}
+	// The selected conditions have distinct types: have holds each of them
+	// once, and nothing else, exactly when each matches one of have and each
+	// of have matches one of them.
 	matches := func(s int, h *metav1.Condition) bool {
 		if s >= 0 {
 			return conditionEqual(&prev[s], h)
