@@ -125,29 +125,3 @@ func TestToTyped(t *testing.T) {
 		t.Errorf("a malformed object: %v, want an error naming it", err)
 	}
 }
-
-func TestDependencyHandlerSkipsTheInitialList(t *testing.T) {
-	var got []string
-	resyncs := 0
-	keys := func(o any) []types.NamespacedName {
-		c := o.(*corev1.ConfigMap)
-		return []types.NamespacedName{{Namespace: c.Namespace, Name: "of-" + c.Name}}
-	}
-	enqueue := func(ks ...types.NamespacedName) {
-		for _, k := range ks {
-			got = append(got, k.String())
-		}
-	}
-	h := source.DependencyHandler(keys, enqueue, func() { resyncs++ })
-	h.OnAdd(cm("a", "initial"), true)
-	h.OnAdd(cm("a", "x"), false)
-	if want := []string{"a/of-x"}; !slices.Equal(got, want) {
-		t.Errorf("enqueued %v, want %v", got, want)
-	}
-	every := source.DependencyHandler(nil, enqueue, func() { resyncs++ })
-	every.OnAdd(cm("a", "initial"), true)
-	every.OnAdd(cm("a", "x"), false)
-	if resyncs != 1 {
-		t.Errorf("%d resyncs, want 1 (none for the initial list)", resyncs)
-	}
-}
