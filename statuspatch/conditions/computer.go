@@ -39,6 +39,7 @@ type Status struct {
 
 	obj     any  // the object a current status was read from; nil otherwise
 	desired bool // made by Desired: Conditions are the owned ones only
+	noGen   bool // read from an unstructured status without observedGeneration
 }
 
 // Config configures a [Computer]. Conditions is required.
@@ -272,13 +273,15 @@ func (c *Computer[O]) checkOwned(conds []metav1.Condition) error {
 }
 
 // Equal reports whether a and b have the same observedGeneration (zero
-// both for a status without one), the same owned conditions ([Equal]:
+// both for a typed status without one; not compared for an unstructured
+// object whose status has none, as a CRD without the field leaves it:
+// each condition's own observedGeneration tells), the same owned conditions ([Equal]:
 // order and LastTransitionTime ignored) and the same values of b's Fields. A current status (from [Computer.Current])
 // compared with a desired one (from [Computer.Desired]) is compared on the
 // owned conditions only: foreign conditions never make a difference. Two
 // desired statuses, or two current ones, compare all their conditions.
 func (c *Computer[O]) Equal(a, b Status) bool {
-	if a.ObservedGeneration != b.ObservedGeneration {
+	if a.ObservedGeneration != b.ObservedGeneration && !a.noGen && !b.noGen {
 		return false
 	}
 	switch {

@@ -188,6 +188,40 @@ func TestComputerUnstructured(t *testing.T) {
 	}
 }
 
+// An unstructured object whose status has no observedGeneration — a CRD
+// without the field, such as Gateway API's, prunes the one a patch sends —
+// is compared on its conditions, whose own observedGeneration tells a new
+// generation: it is not patched on every pass.
+func TestComputerUnstructuredWithoutObservedGeneration(t *testing.T) {
+	c, err := conditions.New(conditions.Config[*unstructured.Unstructured]{
+		Conditions: func(*unstructured.Unstructured) ([]metav1.Condition, error) {
+			return []metav1.Condition{ready(metav1.ConditionTrue, "Fine")}, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur := ready(metav1.ConditionTrue, "Fine")
+	cur.ObservedGeneration, cur.LastTransitionTime = 2, t1
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(newGadget(2, cur))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &unstructured.Unstructured{Object: obj}
+	unstructured.RemoveNestedField(u.Object, "status", "observedGeneration")
+	d, err := c.Desired(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Equal(c.Current(u), d) {
+		t.Errorf("an up-to-date object without status.observedGeneration compares changed: current %+v, desired %+v", c.Current(u), d)
+	}
+	u.SetGeneration(3)
+	if d, _ = c.Desired(u); c.Equal(c.Current(u), d) {
+		t.Error("a new generation compares unchanged: the conditions' observedGeneration must tell it")
+	}
+}
+
 // A condition the API server would reject makes the object an error, with
 // no patch built.
 func TestComputerRejectsInvalidConditions(t *testing.T) {

@@ -95,6 +95,8 @@ func currentUnstructured(u *unstructured.Unstructured) Status {
 		s.ObservedGeneration = g
 	case float64:
 		s.ObservedGeneration = int64(g)
+	case nil:
+		s.noGen = true
 	}
 	list, _ := st["conditions"].([]any)
 	if len(list) == 0 {
