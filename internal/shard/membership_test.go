@@ -355,7 +355,9 @@ func TestGroupHealthAndFatalErrors(t *testing.T) {
 func TestNewCoordinatorRejectsInvalidConfig(t *testing.T) {
 	client := newFakeLeases().cs.CoordinationV1()
 	lw := &cache.ListWatch{}
-	build := func(int, leader.Config, coordinationv1client.LeasesGetter, cache.ListerWatcher) (*fakePipeline, error) { return nil, nil }
+	build := func(int, leader.Config, coordinationv1client.LeasesGetter, cache.ListerWatcher) (*fakePipeline, error) {
+		return nil, nil
+	}
 	for _, tc := range []struct {
 		label  string
 		mutate func(*Config)
