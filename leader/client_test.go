@@ -68,9 +68,17 @@ func TestNewClaimerChecksTheLeaseClient(t *testing.T) {
 			t.Errorf("%s: NewClaimer = %v", c.name, err)
 		}
 	}
-	var ce *base.ConfigError
-	if _, err := NewLeaseClient(nil); !errors.Is(err, base.ErrInvalidConfig) || !errors.As(err, &ce) || ce.Field != "cfg" {
-		t.Errorf("NewLeaseClient(nil) = %v, want a ConfigError naming cfg", err)
+	for _, bad := range []struct {
+		label string
+		cfg   *rest.Config
+	}{
+		{"nil", nil},
+		{"no client can be built from it", &rest.Config{Host: host, TLSClientConfig: rest.TLSClientConfig{CAFile: "/nonexistent/ca.crt"}}},
+	} {
+		var ce *base.ConfigError
+		if c, err := NewLeaseClient(bad.cfg); c != nil || !errors.Is(err, base.ErrInvalidConfig) || !errors.As(err, &ce) || ce.Field != "cfg" {
+			t.Errorf("NewLeaseClient(%s) = %v, %v; want a ConfigError naming cfg", bad.label, c, err)
+		}
 	}
 }
 
