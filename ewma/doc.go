@@ -15,8 +15,8 @@
 //
 // # The gauge
 //
-// A [Gauge] is told about every change (Update to an absolute value, or Add
-// +1 / −1) and keeps the exponentially weighted time-average of the value
+// A [Gauge] is told about every change ([Gauge.Update] to the value now)
+// and keeps the exponentially weighted time-average of the value
 // with time constant τ, with one twist taken from the Peak-EWMA load
 // balancers: whenever the value rises above the average, the average jumps
 // to it. A burst therefore shows at its full height at once and decays with
@@ -28,7 +28,7 @@
 // Each change costs one short critical section and no allocation, so a
 // queue can record its depth on every insertion and removal
 // (docs/performance.md has the figures). A Gauge is safe for concurrent
-// use; [Peak] is the same arithmetic as a plain value.
+// use.
 //
 // # Choosing τ
 //
@@ -48,14 +48,8 @@
 //
 // # Metrics
 //
-// [Gauge.Register] exports the gauge as an OpenTelemetry
-// Float64ObservableGauge whose callback observes [Gauge.Value]. This package
-// names no instrument itself: the package that registers a gauge chooses the
-// name and documents it in its own table of instruments. A nil metric.Meter
-// means no-op.
-//
-//	instrument                kind                    unit             attributes
-//	(the name given)          Float64ObservableGauge  (the unit given) none
-//
-// Its value at each collection is the Peak-EWMA at that instant.
+// This package names no instrument: whoever exports a gauge observes
+// [Gauge.Value] in an OpenTelemetry callback (a Float64ObservableGauge of
+// its own name), as quietpatch's queue depth gauge does
+// (quietpatch.queue.depth.peak_ewma, docs/metrics.md).
 package ewma

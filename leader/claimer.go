@@ -24,9 +24,9 @@ import (
 // and vacates it when its context is cancelled. All other methods are safe
 // for concurrent use, from any goroutine, before, during and after Run.
 //
-// A Claimer implements [Observer]: [Claimer.Current] and [Claimer.Subscribe]
-// serve consumers such as a reconciler or dispatcher, [Claimer.Healthy] serves a
-// readiness probe, and [Claimer.Relinquish] gives the lease up on purpose.
+// [Claimer.Current] and [Claimer.Subscribe] serve consumers such as a
+// pipeline's reconciler and dispatcher, [Claimer.Ready] serves a readiness
+// probe, and [Claimer.Relinquish] gives the lease up on purpose.
 type Claimer struct {
 	cfg    Config
 	leases coordinationv1client.LeaseInterface
@@ -109,7 +109,7 @@ func (c *Claimer) Current() Claim { return c.hub.current() }
 // not see every intermediate claim, but the last value it receives is always
 // the latest one. A held claim is re-published at every renewal (its Expiry
 // moves), and another holder's claim whenever the Lease changes. The
-// channel stays open after Run returns; use [Claimer.Healthy] to learn that.
+// channel stays open after Run returns; use [Claimer.Ready] to learn that.
 func (c *Claimer) Subscribe() (<-chan Claim, func()) { return c.hub.subscribe() }
 
 // AddWriter registers w, and returns a function that removes it (calling it

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/quietpatch/quietpatch/statuspatch"
 )
@@ -96,6 +97,46 @@ func ExamplePatchQueue_Reserve() {
 	// statuspatch: queue is full
 	// room again once a worker took default/web
 	// enqueued 1, dropped full 1, held 0, reserved 0
+}
+
+// ExamplePatchQueue_ReserveWait is a producer that waits for room rather
+// than drop, at most until its deadline: a worker's Get frees the slot it
+// waits for.
+func ExamplePatchQueue_ReserveWait() {
+	q, err := statuspatch.NewPatchQueue[string](1)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer q.Close()
+	_ = q.Add("default/web", statuspatch.LanePass) // the lane is full
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if _, err := q.ReserveWait(ctx, statuspatch.LanePass); err != nil {
+		fmt.Println("no room within the deadline:", err)
+	}
+
+	worker := make(chan string, 1)
+	go func() { // a worker takes the key a little later
+		time.Sleep(10 * time.Millisecond)
+		key, _ := q.Get(context.Background())
+		q.Done(key)
+		worker <- key
+	}()
+	p, err := q.ReserveWait(context.Background(), statuspatch.LanePass)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("room once the worker took", <-worker)
+	_ = p.Send("default/db")
+	st := q.Stats()
+	fmt.Printf("waiting %d, dropped full %d\n", st.Depth, st.DroppedFull)
+	// Output:
+	// no room within the deadline: context deadline exceeded
+	// room once the worker took default/web
+	// waiting 1, dropped full 1
 }
 
 // ExamplePatchQueue_Close shows the worker loop: Get, work, Done, until

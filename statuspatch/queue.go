@@ -41,9 +41,10 @@ var (
 // head of its lane. A key added to the fresh lane while it waits in the
 // pass lane moves there, room permitting.
 //
-// No producer ever blocks: [PatchQueue.Add] and [PatchQueue.Reserve] fail
-// at once with [ErrFull] or [ErrClosed], counted as dropped; a consumer
-// waits in Get at most until its context ends. After [PatchQueue.Close]
+// No producer blocks unless it asks to: [PatchQueue.Add] and
+// [PatchQueue.Reserve] fail at once with [ErrFull] or [ErrClosed], counted
+// as dropped; [PatchQueue.ReserveWait] waits for a slot at most until its
+// context ends; a consumer waits in Get at most until its context ends. After [PatchQueue.Close]
 // consumers drain what waits, then Get returns ErrClosed. The depth is
 // recorded at every insertion and removal into a Peak-EWMA
 // (QueueStats.DepthPeak, time constant 10 s). Build one with
@@ -84,6 +85,16 @@ func (p *PatchQueue[K]) Add(key K, l Lane) error { return p.q.Add(key, queue.Lan
 // nothing the queue cannot take.
 func (p *PatchQueue[K]) Reserve(l Lane) (Permit[K], error) {
 	r, err := p.q.Reserve(queue.Lane(l))
+	return Permit[K]{r}, err
+}
+
+// ReserveWait is Reserve for a producer that would rather wait than drop:
+// it takes a slot of lane l, waiting while the lane is full, and fails
+// with ErrClosed once the queue is closed, or with ctx's error — counted as
+// dropped (full) — when ctx ends first. Give ctx a deadline to bound the
+// wait.
+func (p *PatchQueue[K]) ReserveWait(ctx context.Context, l Lane) (Permit[K], error) {
+	r, err := p.q.ReserveWait(ctx, queue.Lane(l))
 	return Permit[K]{r}, err
 }
 

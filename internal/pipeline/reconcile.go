@@ -201,15 +201,18 @@ func (r *Reconciler[O, S, P]) loop(ctx context.Context, changes <-chan leader.Cl
 		epoch     int64
 		lastStart time.Time
 		room      <-chan struct{} // after a halted pass: half of the lane free
+		forget    = func() {}     // forgets room
 	)
+	defer func() { forget() }()
 	full := func() error {
-		lastStart, room = r.opts.Clock.Now(), nil
+		forget()
+		lastStart, room, forget = r.opts.Clock.Now(), nil, func() {}
 		_, err := r.ReconcileAll(ctx)
 		switch {
 		case errors.Is(err, queue.ErrClosed):
 			return err
 		case errors.Is(err, queue.ErrFull):
-			room = r.queue.Room(queue.LanePass, max(r.queue.Cap()/2, 1))
+			room, forget = r.queue.Room(queue.LanePass, max(r.queue.Cap()/2, 1))
 		}
 		return nil
 	}

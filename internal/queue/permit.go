@@ -1,5 +1,10 @@
 package queue
 
+import (
+	"context"
+	"errors"
+)
+
 // A Permit is a slot of one lane reserved by [Queue.Reserve]: send a
 // key into it or release it, once. Later uses do nothing (Send returns
 // ErrClosed).
@@ -11,16 +16,44 @@ type Permit[K comparable] struct {
 
 // Reserve takes a slot of lane l, or fails at once with ErrFull or
 // ErrClosed.
-func (q *Queue[K]) Reserve(l Lane) (Permit[K], error) {
+func (q *Queue[K]) Reserve(l Lane) (Permit[K], error) { return q.reserve(l, true) }
+
+// reserve is Reserve; a full lane is counted as a drop only when count.
+func (q *Queue[K]) reserve(l Lane, count bool) (Permit[K], error) {
 	l = min(l, LanePass)
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if !count && !q.closed && q.lanes[l].count >= q.capacity {
+		return Permit[K]{}, ErrFull
+	}
 	if err := q.admitLocked(l); err != nil {
 		return Permit[K]{}, err
 	}
 	q.lanes[l].count++
 	q.lanes[l].reserved++
 	return Permit[K]{q: q, lane: l, used: new(bool)}, nil
+}
+
+// ReserveWait takes a slot of lane l, waiting for one while the lane is
+// full: it fails with ErrClosed once the queue is closed, and with ctx's
+// error (counted as dropped, full) when ctx ends first.
+func (q *Queue[K]) ReserveWait(ctx context.Context, l Lane) (Permit[K], error) {
+	for {
+		p, err := q.reserve(l, false)
+		if !errors.Is(err, ErrFull) {
+			return p, err
+		}
+		room, forget := q.Room(l, 1)
+		select {
+		case <-room:
+		case <-ctx.Done():
+			forget()
+			q.mu.Lock()
+			q.stats.DroppedFull++
+			q.mu.Unlock()
+			return Permit[K]{}, ctx.Err()
+		}
+	}
 }
 
 // Send adds key to the permit's lane in the reserved slot; a key that

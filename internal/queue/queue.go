@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -94,16 +95,16 @@ type room struct {
 // Stats are a queue's counters since construction, and its state now
 // (statuspatch.QueueStats documents them).
 type Stats struct {
-	Enqueued, Coalesced        int64
-	Dequeued                   int64
-	DroppedFull, DroppedClosed int64
+	Enqueued, Coalesced          int64
+	Dequeued                     int64
+	DroppedFull, DroppedClosed   int64
 	Depth, Fresh, Held, Reserved int
-	DepthPeak                  float64
+	DepthPeak                    float64
 }
 
 // New returns an empty queue whose lanes hold capacity keys each
 // (capacity >= 1: the callers check it). With a clock it stamps each key
-// when first added (GetSince) and keeps the Peak-EWMA of the depth
+// when first added (GetWait) and keeps the Peak-EWMA of the depth
 // (Stats.DepthPeak); without, it reads no clock.
 func New[K comparable](capacity int, clk clock.PassiveClock) *Queue[K] {
 	q := &Queue[K]{clk: clk, capacity: capacity, waiting: map[K]waiter{}, held: map[K]struct{}{}, depth: peak.New(depthTau)}
@@ -321,15 +322,20 @@ func (q *Queue[K]) Done(key K) {
 }
 
 // Room returns a channel closed once lane has at least free slots free,
-// or the queue is closed.
-func (q *Queue[K]) Room(l Lane, free int) <-chan struct{} {
+// or the queue is closed, and a function that forgets it (a waiter that
+// gives up calls it, so that the queue keeps no waiter it will not wake).
+func (q *Queue[K]) Room(l Lane, free int) (<-chan struct{}, func()) {
 	l = min(l, LanePass)
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	r := room{lane: l, free: free, ch: make(chan struct{})}
-	q.rooms = append(q.rooms, r)
+	ch := make(chan struct{})
+	q.rooms = append(q.rooms, room{lane: l, free: free, ch: ch})
 	q.wakeRoomsLocked()
-	return r.ch
+	return ch, func() {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		q.rooms = slices.DeleteFunc(q.rooms, func(r room) bool { return r.ch == ch })
+	}
 }
 
 func (q *Queue[K]) wakeRoomsLocked() {

@@ -321,7 +321,7 @@ func FuzzQueueModel(f *testing.F) {
 				}
 				free := int(arg>>1) % 5
 				what = fmt.Sprintf("Room(%d, %d)", lane, free)
-				m.rooms = append(m.rooms, queueModelRoom{lane: lane, free: free, ch: q.Room(lane, free)})
+				m.rooms = append(m.rooms, queueModelRoom{lane: lane, free: free, ch: roomOf(q.Room(lane, free))})
 			}
 			m.settleRooms()
 			for i, r := range m.rooms {

@@ -2,8 +2,10 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
+	"time"
 )
 
 // queueFIFOBound bounds the length of a lane's FIFO for a capacity: live
@@ -157,11 +159,66 @@ func TestQueueOtherLaneValues(t *testing.T) {
 		t.Fatalf("Reserve on a full pass lane through Lane(200) = %v, want ErrFull", err)
 	}
 	select {
-	case <-q.Room(Lane(9), 1):
+	case <-roomOf(q.Room(Lane(9), 1)):
 		t.Fatal("Room of a full lane is closed")
 	default:
 	}
 	if s := q.Stats(); s.Depth != 1 || s.Fresh != 0 {
 		t.Fatalf("Stats = %+v, want the key in the pass lane", s)
+	}
+}
+
+// roomOf is Room's channel, for tests that wait until they get it.
+func roomOf(ch <-chan struct{}, _ func()) <-chan struct{} { return ch }
+
+// ReserveWait waits for a slot: it gets the one Done frees, fails with
+// ctx's error — counted as dropped, full — when ctx ends first, and with
+// ErrClosed once the queue is closed; a waiter that gives up leaves no
+// waiter behind.
+func TestReserveWait(t *testing.T) {
+	q := New[string](1, nil)
+	if err := q.Add("a", LanePass); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := q.ReserveWait(ctx, LanePass); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("ReserveWait on a full lane until the deadline: %v", err)
+	}
+	if st := q.Stats(); st.DroppedFull != 1 || len(q.rooms) != 0 {
+		t.Fatalf("after the timeout: %d dropped full, %d rooms waited for; want 1 and 0", st.DroppedFull, len(q.rooms))
+	}
+	got := make(chan error, 1)
+	go func() {
+		p, err := q.ReserveWait(context.Background(), LanePass)
+		if err == nil {
+			err = p.Send("b")
+		}
+		got <- err
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		q.mu.Lock()
+		waiting := len(q.rooms)
+		q.mu.Unlock()
+		if waiting == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("ReserveWait does not wait")
+		}
+	}
+	k, err := q.Get(context.Background())
+	if err != nil || k != "a" {
+		t.Fatalf("Get = %q, %v", k, err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("ReserveWait once a slot is free: %v", err)
+	}
+	if st := q.Stats(); st.Depth != 1 || st.DroppedFull != 1 {
+		t.Errorf("after the wait: depth %d, dropped full %d; want 1, 1", st.Depth, st.DroppedFull)
+	}
+	q.Close()
+	if _, err := q.ReserveWait(context.Background(), LanePass); !errors.Is(err, ErrClosed) {
+		t.Errorf("ReserveWait on a closed queue: %v", err)
 	}
 }

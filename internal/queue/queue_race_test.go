@@ -130,7 +130,7 @@ func TestQueueConcurrent(t *testing.T) {
 						break
 					}
 					select {
-					case <-q.Room(lane, 1):
+					case <-roomOf(q.Room(lane, 1)):
 					case <-ctx.Done():
 						fail("producer %d: no room within the deadline", p)
 						return
@@ -199,7 +199,7 @@ func TestQueueCloseWakesEveryone(t *testing.T) {
 			errs <- err
 		})
 		wg.Go(func() {
-			<-q.Room(queue.LanePass, 1)
+			<-roomOf(q.Room(queue.LanePass, 1))
 			errs <- q.Add(2, queue.LanePass)
 		})
 	}

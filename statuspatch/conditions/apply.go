@@ -26,7 +26,7 @@ type ApplyOptions struct {
 // Applier is a [statuspatch.StatusComputer] like [Computer] — the same
 // Config, the same reading, comparison and validation of conditions —
 // whose patch is a server-side apply of the status
-// ([statuspatch.ApplyPatch], sent by a statuspatch.ApplyStatusPatcher):
+// ([statuspatch.ApplyPatch], sent by a statuspatch.ApplyPatcher):
 // the applied status holds only the conditions the Applier owns
 // (Config.OwnedTypes, or else the types Config.Conditions returns), each
 // with observedGeneration (the object's generation unless set) and
