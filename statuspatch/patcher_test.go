@@ -197,7 +197,7 @@ func TestMergePatcherErrorsClassify(t *testing.T) {
 		{http.StatusGatewayTimeout, status(504, "Timeout"), outcome.Abandoned},
 		{http.StatusTooManyRequests, status(429, "TooManyRequests"), outcome.Throttled},
 		{http.StatusUnprocessableEntity, status(422, "Invalid"), outcome.Invalid},
-		{http.StatusInternalServerError, status(500, "InternalError"), outcome.Error},
+		{http.StatusInternalServerError, status(500, "InternalError"), outcome.Failed},
 	}
 	for _, c := range cases {
 		t.Run(fmt.Sprintf("%d %s", c.code, c.want), func(t *testing.T) {

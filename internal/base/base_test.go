@@ -52,12 +52,12 @@ func TestCounters(t *testing.T) {
 	c.Add(outcome.OK)
 	c.Add(outcome.OK)
 	c.Add(outcome.Timeout)
-	c.Add(outcome.Error) // not a key: not counted
+	c.Add(outcome.Failed) // not a key: not counted
 	if got, want := c.Snapshot(), map[outcome.Outcome]int64{outcome.OK: 2, outcome.Timeout: 1}; !maps.Equal(got, want) {
 		t.Errorf("Snapshot() = %v, want %v", got, want)
 	}
-	if c.Get(outcome.Conflict) != 0 || c.Get(outcome.Error) != 0 || c.Get(outcome.OK) != 2 {
-		t.Errorf("Get: conflict %d, error %d, ok %d", c.Get(outcome.Conflict), c.Get(outcome.Error), c.Get(outcome.OK))
+	if c.Get(outcome.Conflict) != 0 || c.Get(outcome.Failed) != 0 || c.Get(outcome.OK) != 2 {
+		t.Errorf("Get: conflict %d, error %d, ok %d", c.Get(outcome.Conflict), c.Get(outcome.Failed), c.Get(outcome.OK))
 	}
 	keys := c.Keys()
 	keys[0] = "changed"

@@ -6,7 +6,7 @@ import "github.com/quietpatch/quietpatch/statuspatch/outcome"
 // the outcome attribute the instruments report.
 func Outcomes() []outcome.Outcome {
 	return []outcome.Outcome{outcome.OK, outcome.Conflict, outcome.NotFound, outcome.Forbidden, outcome.Fenced, outcome.Unauthorized,
-		outcome.Invalid, outcome.Throttled, outcome.Abandoned, outcome.Timeout, outcome.Canceled, outcome.Error}
+		outcome.Invalid, outcome.Throttled, outcome.Abandoned, outcome.Timeout, outcome.Canceled, outcome.Failed}
 }
 
 // Permanent reports whether err, the error of one request, cannot go away

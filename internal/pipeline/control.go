@@ -105,7 +105,7 @@ func (c control) next(s sample) control {
 			c = c.shrink(s.at, limitBackoff)
 		}
 		return c
-	case outcome.Canceled, outcome.Error:
+	case outcome.Canceled, outcome.Failed:
 		return c // says nothing about the server's latency
 	}
 	c.roundSum += s.latency.Seconds()

@@ -130,7 +130,7 @@ func NewDispatcher[O, S, P any](q *queue.Queue[types.NamespacedName], src status
 	d := &Dispatcher[O, S, P]{queue: q, src: src, comp: comp, patcher: patcher, leader: l, writer: writer, opts: opts, metrics: m,
 		flight:  newFlight(newControl(opts.Clock.Now(), opts.Workers == 0, size)),
 		patches: base.NewCounters(base.Outcomes()...), dropped: base.NewCounters(dropReasons...), lastWarn: map[outcome.Outcome]*atomic.Int64{}}
-	for _, o := range []outcome.Outcome{outcome.Forbidden, outcome.Unauthorized, outcome.Invalid, outcome.Abandoned, outcome.Timeout, outcome.Error} {
+	for _, o := range []outcome.Outcome{outcome.Forbidden, outcome.Unauthorized, outcome.Invalid, outcome.Abandoned, outcome.Timeout, outcome.Failed} {
 		d.lastWarn[o] = new(atomic.Int64) // the outcomes warned about, at most once a minute each
 	}
 	if w, ok := l.(interface {

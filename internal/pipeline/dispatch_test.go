@@ -957,7 +957,7 @@ func TestDispatchClassifiesAndDoesNotRetry(t *testing.T) {
 		{apierrors.NewForbidden(gr, "a", errors.New(outcome.FenceMessage+" the Lease ns/l is held by b, not a")), outcome.Fenced, false},
 		{apierrors.NewTimeoutError("server gave up", 1), outcome.Abandoned, true},
 		{apierrors.NewServerTimeout(gr, "patch", 1), outcome.Timeout, true},
-		{errors.New("connection refused"), outcome.Error, true},
+		{errors.New("connection refused"), outcome.Failed, true},
 	} {
 		t.Run(string(c.want), func(t *testing.T) {
 			r := newDrig(t)

@@ -54,7 +54,7 @@ func TestDispatchEchoes(t *testing.T) {
 	}
 	r.add(t, "a", "b", "c", "fails")
 	r.start(t)
-	waitFor(t, "the calls", func() bool { return r.d.Stats().Patches[outcome.OK]+r.d.Stats().Patches[outcome.Error] == 4 })
+	waitFor(t, "the calls", func() bool { return r.d.Stats().Patches[outcome.OK]+r.d.Stats().Patches[outcome.Failed] == 4 })
 	for _, c := range []struct {
 		key, rv string
 		echo    bool

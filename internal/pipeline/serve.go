@@ -145,7 +145,7 @@ func (d *Dispatcher[O, S, P]) call(key types.NamespacedName, c *call, payload P,
 	end := d.opts.Clock.Now()
 	elapsed := end.Sub(start)
 	o := outcome.Of(err)
-	if err != nil && ctx.Err() != nil && (o == outcome.Error || o == outcome.Canceled || o == outcome.Timeout) {
+	if err != nil && ctx.Err() != nil && (o == outcome.Failed || o == outcome.Canceled || o == outcome.Timeout) {
 		// The call gave up because its context ended, whatever the patcher
 		// wrapped that in: the claim ended (cancelled) or the deadline.
 		o = outcome.Timeout

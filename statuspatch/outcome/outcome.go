@@ -47,9 +47,9 @@ const (
 	Timeout Outcome = "timeout"
 	// Canceled: the request's context was cancelled before it ended.
 	Canceled Outcome = "canceled"
-	// Error: anything else (5xx, connection refused or reset, a client
-	// error before anything was sent).
-	Error Outcome = "error"
+	// Failed: any other failure (5xx, connection refused or reset, a
+	// client error before anything was sent).
+	Failed Outcome = "error"
 )
 
 // FenceMessage marks a denial by the fence: the message of the
@@ -90,7 +90,7 @@ func Of(err error) Outcome {
 	case errors.Is(err, context.Canceled):
 		return Canceled
 	}
-	return Error
+	return Failed
 }
 
 // Answered reports whether err, the error of one write request, is an answer

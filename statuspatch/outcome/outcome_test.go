@@ -48,13 +48,13 @@ func TestOfAndAnswered(t *testing.T) {
 		{"504", apierrors.NewTimeoutError("x", 1), outcome.Abandoned, false},
 		{"504 of a proxy", apierrors.NewGenericServerResponse(504, "PATCH", gr, "a", "gateway timeout", 0, true), outcome.Abandoned, false},
 		{"500 server timeout", apierrors.NewServerTimeout(gr, "patch", 1), outcome.Timeout, false},
-		{"500", apierrors.NewInternalError(errors.New("etcd")), outcome.Error, false},
-		{"503", apierrors.NewServiceUnavailable("x"), outcome.Error, false},
+		{"500", apierrors.NewInternalError(errors.New("etcd")), outcome.Failed, false},
+		{"503", apierrors.NewServiceUnavailable("x"), outcome.Failed, false},
 		{"deadline", context.DeadlineExceeded, outcome.Timeout, false},
 		{"deadline wrapped", fmt.Errorf("Patch %q: %w", "https://x", context.DeadlineExceeded), outcome.Timeout, false},
 		{"net timeout", &net.OpError{Op: "read", Err: timeoutNetError{}}, outcome.Timeout, false},
 		{"canceled", context.Canceled, outcome.Canceled, false},
-		{"connection refused", errors.New("connection refused"), outcome.Error, false},
+		{"connection refused", errors.New("connection refused"), outcome.Failed, false},
 	}
 	for _, c := range cases {
 		if got := outcome.Of(c.err); got != c.want {
