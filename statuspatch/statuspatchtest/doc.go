@@ -19,11 +19,17 @@
 //     *k8serrors.StatusError (package statuspatch/outcome classifies them);
 //   - a done context and an invalid patch write nothing.
 //
-// Give the objects a resourceVersion when the test creates them (the API
-// server always does): a MergePatch's precondition needs one, and an
-// object without it cannot be patched. The writes are patch actions of the
-// status subresource through the fake: it records them, and a reactor the
-// test prepends for "patch" answers in their place (to inject an error).
+// Give the objects a resourceVersion when the test creates them, and a
+// new one whenever the test changes them through the fake, as the API
+// server does on every write: the fake keeps the version it is given. A
+// MergePatch's precondition needs one, and an object without it cannot be
+// patched. A change left at the version of the Patcher's last write may
+// look to the dispatcher like that write's echo, and not be served; and a
+// patch built before the change still meets its precondition.
+//
+// The writes are patch actions of the status subresource through the
+// fake: it records them, and a reactor the test prepends for "patch"
+// answers in their place (to inject an error).
 //
 // What it does not do: no field manager of the caller (the writes name
 // "statuspatchtest"), no admission, no validation against a schema, no

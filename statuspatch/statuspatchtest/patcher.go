@@ -71,8 +71,7 @@ func (f *Patcher) Patch(ctx context.Context, p statuspatch.MergePatch) error {
 // number greater than the object's (when it is one) and than every version
 // f wrote before. The fake's own writes keep the version they are given:
 // a test that changes an object through the fake gives it a new
-// resourceVersion itself, or a patch built before the change still meets
-// its precondition.
+// resourceVersion itself (see the package documentation).
 //
 // The precondition is checked, then the patch is sent through the fake,
 // under f's lock: a write through another client of the fake in between
