@@ -123,18 +123,22 @@ func build[O, S, P any](src statuspatch.Source[O], comp statuspatch.StatusComput
 func (c *Controller[O, S, P]) eventHandler() cache.ResourceEventHandler {
 	key := func(obj any) (types.NamespacedName, bool) {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			if o, ok := d.Obj.(O); ok {
-				obj = o
-			} else {
+			if _, isO := d.Obj.(O); !isO {
 				ns, name, err := cache.SplitMetaNamespaceKey(d.Key)
 				return types.NamespacedName{Namespace: ns, Name: name}, err == nil
 			}
+			obj = d.Obj
 		}
-		o, ok := obj.(O)
-		if !ok {
+		if o, ok := obj.(O); ok {
+			return c.comp.Key(o), true
+		}
+		// An informer whose objects are not the Source's type: its
+		// namespace and name.
+		m, err := meta.Accessor(obj)
+		if err != nil {
 			return types.NamespacedName{}, false
 		}
-		return c.comp.Key(o), true
+		return types.NamespacedName{Namespace: m.GetNamespace(), Name: m.GetName()}, true
 	}
 	return cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj any, isInInitialList bool) {

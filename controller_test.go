@@ -26,9 +26,9 @@ import (
 	"github.com/quietpatch/quietpatch"
 	"github.com/quietpatch/quietpatch/internal/pipeline"
 	"github.com/quietpatch/quietpatch/leader"
-	"github.com/quietpatch/quietpatch/statuspatch"
 	"github.com/quietpatch/quietpatch/statuspatch/conditions"
 	"github.com/quietpatch/quietpatch/statuspatch/source"
+	"github.com/quietpatch/quietpatch/statuspatch/statuspatchtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -370,10 +370,7 @@ func TestInformerEventsAreReconciledWithoutWaitingForTheInterval(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	patcher, err := statuspatch.NewStatusPatcher(fakeREST(dyn, gvr), gvr, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
+	patcher := statuspatchtest.NewPatcher(dyn, gvr)
 	kube := fake.NewClientset()
 	cfg := baseConfig(kube)
 	cfg.Interval = time.Hour
@@ -406,6 +403,10 @@ func TestInformerEventsAreReconciledWithoutWaitingForTheInterval(t *testing.T) {
 	}
 	_ = unstructured.SetNestedField(u.Object, int64(300), "spec", "size")
 	u.SetGeneration(2)
+	// A new resourceVersion, as the API server gives every write (the fake
+	// keeps the one it is given): at our write's version, the edit would be
+	// taken for that write's echo.
+	u.SetResourceVersion("100")
 	if _, err := dyn.Resource(gvr).Namespace("demo").Update(ctx, u, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -686,7 +687,6 @@ func TestIndexerSourceIsReconciledOnEnqueue(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-
 
 // A 429 with Retry-After holds every call back for the window, then the
 // dispatcher goes on: the key that waited while the only call was

@@ -45,8 +45,10 @@
 //		return ctrl.Run(ctx)           // blocks until ctx is cancelled
 //	}
 //
-// Example has it complete, runnable on client-go's fakes (the patcher of
-// package statuspatch/statuspatchtest). Run waits for the caches to sync —
+// Example has it complete, runnable on client-go's fakes, with the patcher
+// of package statuspatch/statuspatchtest: it answers as the API server
+// does (a new resourceVersion per write, 409 on a stale precondition), for
+// unit tests of a controller of one's own. Run waits for the caches to sync —
 // a replica with an empty cache must not lead —, then competes for the
 // Lease, reconciles every Interval, at once on gaining the Lease, and on
 // every event of the informer; [Controller.Ready] and [Controller.Live] are

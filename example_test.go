@@ -19,9 +19,9 @@ import (
 
 	"github.com/quietpatch/quietpatch"
 	"github.com/quietpatch/quietpatch/leader"
-	"github.com/quietpatch/quietpatch/statuspatch"
 	"github.com/quietpatch/quietpatch/statuspatch/conditions"
 	"github.com/quietpatch/quietpatch/statuspatch/source"
+	"github.com/quietpatch/quietpatch/statuspatch/statuspatchtest"
 )
 
 // Widget is a custom resource of one's own, example.com/v1 — the Go type
@@ -50,10 +50,11 @@ type WidgetStatus struct {
 // Dependency), the one function that says what their conditions should be,
 // and one call. Run waits for the cache, competes for the Lease, reconciles
 // every interval and on every change, patches only what changed, and stops
-// in the safe order. The clients here are client-go's fakes (fakeREST
-// applies the patcher's requests to the fake dynamic client); a controller
-// passes real ones, and builds the patcher with
-// statuspatch.NewStatusPatcherForConfig.
+// in the safe order. The clients here are client-go's fakes, and the
+// patcher is statuspatchtest's (package statuspatch/statuspatchtest): it
+// writes into the fake dynamic client and answers as the API server does,
+// new resourceVersion and 409 included. A controller passes real clients,
+// and builds the patcher with statuspatch.NewStatusPatcherForConfig.
 func Example() {
 	gvr := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
 	widget := func(name string, size int64) *unstructured.Unstructured {
@@ -107,15 +108,11 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	patcher, err := statuspatch.NewStatusPatcher(fakeREST(dyn, gvr), gvr, "example.com/widget-status")
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
+	patcher := statuspatchtest.NewPatcher(dyn, gvr)
 
 	// One call: the Lease, the queue, the reconciler, the dispatcher.
 	ctrl, err := quietpatch.New(source.FromInformer[*Widget](inf), computer, patcher, quietpatch.Config{
-		Options:      statuspatch.Options{Name: "widgets"},
+		Name:         "widgets",
 		Leases:       kube.CoordinationV1(),
 		Lease:        leader.Config{Namespace: "demo", Name: "widget-status"},
 		Dependencies: []quietpatch.Dependency{{Informer: policy}},

@@ -10,18 +10,15 @@ import (
 
 	"github.com/quietpatch/quietpatch"
 	"github.com/quietpatch/quietpatch/internal/pipeline"
-	"github.com/quietpatch/quietpatch/statuspatch"
 )
 
 // fencedStrings is a Patcher of the sharded tests' payloads that names its
-// writer in its field manager, as a fenced statuspatch.DynamicStatusPatcher.
+// writer in its field manager, as a fenced statuspatch.MergePatcher.
 type fencedStrings struct{}
 
 func (fencedStrings) Patch(context.Context, string) error { return nil }
 
-func (fencedStrings) FieldManagerFor(w statuspatch.WriteClaim) (string, error) {
-	return statuspatch.FencedFieldManager(w)
-}
+func (fencedStrings) Fenced() bool { return true }
 
 // A Lease client with client-go's rate limiter is refused, naming Leases
 // and what to use instead: its renewals would wait in it.

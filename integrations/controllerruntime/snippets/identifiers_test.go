@@ -23,6 +23,7 @@ var ownPackages = map[string]string{
 	"statuspatch":       "statuspatch",
 	"conditions":        "statuspatch/conditions",
 	"source":            "statuspatch/source",
+	"statuspatchtest":   "statuspatch/statuspatchtest",
 	"outcome":           "statuspatch/outcome",
 	"shard":             "statuspatch/shard",
 	"controllerruntime": "integrations/controllerruntime",
