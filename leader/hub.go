@@ -15,9 +15,8 @@ import (
 // subscriber therefore sees claims in the order they were published, with
 // the ones it was too slow for skipped, and always ends on the latest.
 type hub struct {
-	mu     sync.Mutex
-	claim  Claim
-	latest atomic.Pointer[Claim] // claim, read without mu (once per patch)
+	mu     sync.Mutex            // serialises publishers and subscribers
+	latest atomic.Pointer[Claim] // written under mu, read without it (once per patch)
 	subs   map[chan Claim]struct{}
 }
 
@@ -33,28 +32,18 @@ func (h *hub) current() Claim {
 func (h *hub) publish(c Claim) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if c.Equal(h.claim) {
+	if c.Equal(h.current()) {
 		return false
 	}
-	h.claim = c
 	h.latest.Store(&c)
 	for ch := range h.subs {
-		offer(ch, c)
+		select {
+		case <-ch: // drop the stale claim the subscriber has not taken yet
+		default:
+		}
+		ch <- c // cannot block: we are the only sender and the buffer has room
 	}
 	return true
-}
-
-func offer(ch chan Claim, c Claim) {
-	select {
-	case ch <- c:
-		return
-	default:
-	}
-	select {
-	case <-ch: // drop the stale claim the subscriber has not taken yet
-	default:
-	}
-	ch <- c // cannot block: we are the only sender and the buffer has room
 }
 
 func (h *hub) subscribe() (<-chan Claim, func()) {
@@ -64,15 +53,14 @@ func (h *hub) subscribe() (<-chan Claim, func()) {
 		h.subs = make(map[chan Claim]struct{})
 	}
 	h.subs[ch] = struct{}{}
-	ch <- h.claim
+	ch <- h.current()
 	h.mu.Unlock()
-	var once sync.Once
 	return ch, func() {
-		once.Do(func() {
-			h.mu.Lock()
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if _, ok := h.subs[ch]; ok {
 			delete(h.subs, ch)
 			close(ch)
-			h.mu.Unlock()
-		})
+		}
 	}
 }
