@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quietpatch/quietpatch/internal/base"
@@ -40,15 +41,12 @@ type Claimer struct {
 	relinquishCh chan relinquishReq // served by the loop while it waits
 	done         chan struct{}      // closed when Run returns
 
-	mu      sync.Mutex // guards writers and watch
-	writers map[*writerEntry]struct{}
+	mu      sync.Mutex                        // guards writers and watch
+	writers map[*Writer]struct{}              // a pointer per AddWriter: one Writer may be added twice
 	watch   watchState                        // written by the watch goroutine, read by the loop
+	watchUp atomic.Bool                       // a watch of the Lease is established
 	client  coordinationv1client.LeasesGetter // for the limiter warning at Run, and leases.SeenAt
 }
-
-// writerEntry is one registration of AddWriter; a pointer so that the same
-// Writer may be registered twice and removed once.
-type writerEntry struct{ w Writer }
 
 type relinquishReq struct {
 	backoff time.Duration
@@ -123,10 +121,10 @@ func (c *Claimer) Subscribe() (<-chan Claim, func()) { return c.hub.subscribe() 
 // without an answer may still land, and must not land under the
 // successor's claim. quietpatch.New registers its dispatcher.
 func (c *Claimer) AddWriter(w Writer) (remove func()) {
-	e := &writerEntry{w: w}
+	e := &w
 	c.mu.Lock()
 	if c.writers == nil {
-		c.writers = make(map[*writerEntry]struct{})
+		c.writers = make(map[*Writer]struct{})
 	}
 	c.writers[e] = struct{}{}
 	c.mu.Unlock()
@@ -144,39 +142,32 @@ func (c *Claimer) quiesceWriters(ctx context.Context, epoch int64) bool {
 	c.mu.Lock()
 	ws := make([]Writer, 0, len(c.writers))
 	for e := range c.writers {
-		ws = append(ws, e.w)
+		ws = append(ws, *e)
 	}
 	c.mu.Unlock()
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		answered = true
-	)
+	var wg sync.WaitGroup
+	var unanswered atomic.Bool
 	for _, w := range ws {
 		wg.Go(func() {
 			if !w.Quiesce(ctx, epoch) {
-				mu.Lock()
-				answered = false
-				mu.Unlock()
+				unanswered.Store(true)
 			}
 		})
 	}
 	wg.Wait()
-	return answered
+	return !unanswered.Load()
 }
 
 // Ready reports whether the claimer is working: nil while Run is running,
 // else an error wrapping [ErrNotRunning] — and, after Run returned, Run's
-// error. It suits a readiness probe: a replica whose lease loop died must
-// not look ready. Being ready does not mean holding the lease.
+// error (never nil). It suits a readiness probe: a replica whose lease loop
+// died must not look ready. Being ready does not mean holding the lease.
 func (c *Claimer) Ready() error {
 	switch started, running, why := c.life.State(); {
 	case !started:
 		return fmt.Errorf("%w: Run not called", ErrNotRunning)
 	case running:
 		return nil
-	case why == nil:
-		return fmt.Errorf("%w: Run returned", ErrNotRunning)
 	default:
 		return fmt.Errorf("%w: Run returned: %w", ErrNotRunning, why)
 	}
@@ -260,7 +251,7 @@ func (c *Claimer) Run(ctx context.Context) error {
 	wctx, stopWatch := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { c.watchLease(wctx) })
-	l := &loop{c: c}
+	l := &loop{Claimer: c}
 	err = l.run(ctx)
 	stopWatch()
 	wg.Wait()

@@ -861,7 +861,7 @@ func TestWatchReestablished(t *testing.T) {
 	// The loop waits on one timer; the watch goroutine, once it has noticed
 	// the end of the watch, on a second one before it re-establishes it.
 	waitFor(t, "watch goroutine to wait for its retry", func() bool {
-		return !a.c.watchHealthy() && h.clk.Waiters() == 2
+		return !a.c.watchUp.Load() && h.clk.Waiters() == 2
 	})
 	h.step(2 * time.Second) // the claimer re-reads, the watch is re-established
 	a.noWatch = false

@@ -379,8 +379,9 @@ func (r *runner) settled(now time.Time, last writeMark) (bool, string) {
 	}
 	// The watch first: the loop stops its timer before it takes an event,
 	// so an event taken after this read shows below as a loop not idle.
+	healthy := r.c.watchUp.Load()
 	r.c.mu.Lock()
-	healthy, fresh, ev := r.c.watch.healthy, r.c.watch.fresh, r.c.watch.last
+	fresh, ev := r.c.watch.fresh, r.c.watch.last
 	r.c.mu.Unlock()
 	r.mu.Lock()
 	idle, minSeq := r.idle, r.minSeq

@@ -11,9 +11,10 @@ import (
 	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
-// loop is the state of one Run, owned by Run's goroutine.
+// loop is the state of one Run, owned by Run's goroutine, on top of its
+// Claimer's.
 type loop struct {
-	c *Claimer
+	*Claimer
 
 	lease      *coordv1.Lease // last known state; nil when unknown or absent
 	absent     bool           // the Lease is known not to exist
@@ -38,38 +39,37 @@ type loop struct {
 }
 
 func (l *loop) run(ctx context.Context) error {
-	c := l.c
 	spins := 0
 	for {
 		wake, err := l.step(ctx)
 		if err != nil {
-			l.stopHolding(c.clk.Now(), "run failed")
+			l.stopHolding(l.clk.Now(), "run failed")
 			return err
 		}
 		if ctx.Err() != nil {
 			return l.shutdown(ctx)
 		}
-		now := c.clk.Now()
+		now := l.clk.Now()
 		if !wake.After(now) {
 			// step only returns when it must wait; guard against a bug
 			// turning into a busy loop.
 			if spins++; spins < 100 {
 				continue
 			}
-			wake = now.Add(c.cfg.RetryPeriod)
+			wake = now.Add(l.cfg.RetryPeriod)
 		}
 		spins = 0
 		// Whatever ends the wait stops the timer first.
-		t := c.clk.NewTimer(wake.Sub(now))
+		t := l.clk.NewTimer(wake.Sub(now))
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return l.shutdown(ctx)
 		case <-t.C():
-		case <-c.kick:
+		case <-l.kick:
 			t.Stop()
 			l.readWatch()
-		case req := <-c.relinquishCh:
+		case req := <-l.relinquishCh:
 			t.Stop()
 			req.done <- l.relinquish(ctx, req.backoff)
 		}
@@ -80,18 +80,22 @@ func (l *loop) run(ctx context.Context) error {
 // time it must next run at the latest (always after the clock's now), or a
 // permanent error. It returns early, with any wake time, if ctx is done.
 func (l *loop) step(ctx context.Context) (time.Time, error) {
-	c := l.c
-	cfg := &c.cfg
+	cfg := &l.cfg
 	l.conflicts = 0
 	for ctx.Err() == nil {
-		now := c.clk.Now()
+		now := l.clk.Now()
 		if l.held && !now.Before(l.expiry) {
 			l.stopHolding(now, "claim expired before it could be renewed")
 		}
 		if now.Before(l.retryAt) {
-			return l.capByExpiry(l.retryAt), nil
+			// Or at our expiry, if we hold a claim that runs out before
+			// (so the loss is noticed, logged and counted on time).
+			if l.held && l.expiry.Before(l.retryAt) {
+				return l.expiry, nil
+			}
+			return l.retryAt, nil
 		}
-		if !l.held && !c.watchHealthy() && now.Sub(l.lastRead) >= cfg.RetryPeriod {
+		if !l.held && !l.watchUp.Load() && now.Sub(l.lastRead) >= cfg.RetryPeriod {
 			l.stale = true // fallback while the watch is down
 		}
 
@@ -135,7 +139,7 @@ func (l *loop) step(ctx context.Context) (time.Time, error) {
 			continue
 		}
 
-		if l.holdsLease() {
+		if l.held && l.ownClaimInLease() { // the Lease as last known still carries our claim
 			renewAt := l.expiry.Add(-cfg.RenewGrace)
 			if now.Before(renewAt) {
 				return renewAt, nil
@@ -163,33 +167,18 @@ func (l *loop) step(ctx context.Context) (time.Time, error) {
 	return time.Time{}, nil
 }
 
-// capByExpiry returns t, or our expiry if we hold a claim that runs out
-// before t (so the loss is noticed, logged and counted on time).
-func (l *loop) capByExpiry(t time.Time) time.Time {
-	if l.held && l.expiry.Before(t) {
-		return l.expiry
-	}
-	return t
-}
-
 // ownClaimInLease reports whether the Lease as last known carries a claim
 // this process made: our identity with the epoch of our latest acquisition.
 // A Lease naming our identity with another epoch was written by an earlier
 // process that used the same identity.
 func (l *loop) ownClaimInLease() bool {
-	return l.epoch != 0 && l.lease != nil && holderOf(l.lease) == l.c.cfg.Identity && transitionsOf(l.lease) == l.epoch
-}
-
-// holdsLease reports whether we hold a claim and the Lease as last known
-// still carries it.
-func (l *loop) holdsLease() bool {
-	return l.held && l.ownClaimInLease()
+	return l.epoch != 0 && l.lease != nil && holderOf(l.lease) == l.cfg.Identity && transitionsOf(l.lease) == l.epoch
 }
 
 // mayAcquire reports whether we may try to acquire the Lease now, and if
 // not, when to look again.
 func (l *loop) mayAcquire(now time.Time) (time.Time, bool) {
-	cfg := &l.c.cfg
+	cfg := &l.cfg
 	next := now.Add(cfg.RetryPeriod)
 	if h := holderOf(l.lease); h != "" && (h != cfg.Identity || !l.ownClaimInLease()) {
 		// Another holder's claim — or one made under our identity by
@@ -227,11 +216,10 @@ func (l *loop) writeFailed(err error) error {
 }
 
 func (l *loop) transientFailure(err error) {
-	c := l.c
-	l.retryAt = c.clk.Now().Add(c.cfg.RetryPeriod)
+	l.retryAt = l.clk.Now().Add(l.cfg.RetryPeriod)
 	if !l.failing {
 		l.failing = true
-		c.log.Debug("leader: lease requests failing, retrying every RetryPeriod", "err", err, "retryPeriod", c.cfg.RetryPeriod)
+		l.log.Debug("leader: lease requests failing, retrying every RetryPeriod", "err", err, "retryPeriod", l.cfg.RetryPeriod)
 	}
 }
 
@@ -249,26 +237,29 @@ func (l *loop) permanent(err error, since *time.Time) bool {
 	}
 	switch outcome.Of(err) {
 	case outcome.Forbidden, outcome.Unauthorized:
-		now := l.c.clk.Now()
+		now := l.clk.Now()
 		if since.IsZero() {
 			*since = now
 		}
-		return now.Sub(*since) >= l.c.cfg.LeaseDuration
+		return now.Sub(*since) >= l.cfg.LeaseDuration
 	}
 	return true
 }
 
-func (l *loop) succeeded(now time.Time) {
+// succeeded records a successful request at now, ending the run of
+// refusals of its kind (denied: deniedRead or deniedWrite).
+func (l *loop) succeeded(now time.Time, denied *time.Time) {
 	l.lastRead = now
+	*denied = time.Time{}
 	if l.failing {
 		l.failing = false
-		l.c.log.Debug("leader: lease requests succeed again")
+		l.log.Debug("leader: lease requests succeed again")
 	}
 }
 
 // readWatch marks the Lease stale if the watch saw a state we do not know.
 func (l *loop) readWatch() {
-	ev, ok := l.c.takeWatchEvent()
+	ev, ok := l.takeWatchEvent()
 	if !ok {
 		return
 	}
@@ -285,8 +276,7 @@ func (l *loop) readWatch() {
 
 // relinquish handles Relinquish: back off, then release.
 func (l *loop) relinquish(ctx context.Context, backoff time.Duration) error {
-	c := l.c
-	now := c.clk.Now()
+	now := l.clk.Now()
 	if until := now.Add(backoff); until.After(l.backoffUntil) {
 		l.backoffUntil = until
 	}
@@ -296,14 +286,13 @@ func (l *loop) relinquish(ctx context.Context, backoff time.Duration) error {
 // shutdown handles cancellation of Run's context: release under fresh
 // deadlines, return the context's error.
 func (l *loop) shutdown(ctx context.Context) error {
-	c := l.c
 	base := context.WithoutCancel(ctx)
-	vctx, cancel := context.WithTimeout(base, c.cfg.CallTimeout)
+	vctx, cancel := context.WithTimeout(base, l.cfg.CallTimeout)
 	defer cancel()
 	if err := l.release(base, vctx, "shutting down"); err != nil {
-		c.log.Info("leader: vacating the lease on shutdown failed; the claim runs out on its own", "err", err)
+		l.log.Info("leader: vacating the lease on shutdown failed; the claim runs out on its own", "err", err)
 	}
-	c.log.Info("leader: claimer stopped", "reason", "context cancelled")
+	l.log.Info("leader: claimer stopped", "reason", "context cancelled")
 	return context.Cause(ctx)
 }
 
@@ -314,21 +303,20 @@ func (l *loop) shutdown(ctx context.Context) error {
 // Lease keeps naming us and the claim runs out, so that a successor waits a
 // full lease duration.
 func (l *loop) release(ctx, vctx context.Context, reason string) error {
-	c := l.c
 	answered := true
 	if l.epoch != 0 {
-		limit := c.cfg.CallTimeout // a claim already ended: its writes were cancelled
+		limit := l.cfg.CallTimeout // a claim already ended: its writes were cancelled
 		if l.held {
-			limit = max(l.expiry.Sub(c.clk.Now()), 0)
+			limit = max(l.expiry.Sub(l.clk.Now()), 0)
 		}
 		qctx, cancel := context.WithTimeout(ctx, limit)
-		answered = c.quiesceWriters(qctx, l.epoch)
+		answered = l.quiesceWriters(qctx, l.epoch)
 		cancel()
 	}
-	l.stopHolding(c.clk.Now(), reason)
+	l.stopHolding(l.clk.Now(), reason)
 	if !answered {
 		if l.ownClaimInLease() {
-			c.log.Info("leader: not vacating the lease: a write made under our claim ended without an answer from the API server and could still land; the claim runs out on its own",
+			l.log.Info("leader: not vacating the lease: a write made under our claim ended without an answer from the API server and could still land; the claim runs out on its own",
 				"epoch", l.epoch, "expiry", l.lastOwnExpiry)
 		}
 		return nil

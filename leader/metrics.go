@@ -104,12 +104,4 @@ func (i *instruments) observe(identity string, isLeader func() bool, epoch func(
 	})
 }
 
-func (i *instruments) transition(acquired bool) {
-	if acquired {
-		i.moves.Add("acquired")
-	} else {
-		i.moves.Add("lost")
-	}
-}
-
 func (i *instruments) request(op string, err error) { i.calls.Add(request{op, outcome.Of(err)}) }

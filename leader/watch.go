@@ -16,28 +16,19 @@ import (
 // the one long-running request the claimer makes.
 const watchTimeoutSeconds = 5 * 60
 
-// watchState is what the watch goroutine tells the loop, under
-// Claimer.mu: whether a watch is established, and the latest event about
-// our Lease, fresh until the loop has taken it. The loop only learns that
-// something changed; it re-reads the Lease with a GET before acting, so a
-// watch event that lags behind our own writes can never make us believe we
-// lost the lease.
+// watchState is the latest event the watch goroutine saw about our Lease,
+// under Claimer.mu, fresh until the loop has taken it. The loop only
+// learns that something changed; it re-reads the Lease with a GET before
+// acting, so a watch event that lags behind our own writes can never make
+// us believe we lost the lease.
 type watchState struct {
-	healthy bool
-	last    watchEvent
-	fresh   bool // last is not taken yet
-	warned  bool // a permanent watch failure was logged
+	last  watchEvent
+	fresh bool // last is not taken yet
 }
 
 type watchEvent struct {
 	deleted bool
 	key     leaseKey
-}
-
-func (c *Claimer) watchHealthy() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.watch.healthy
 }
 
 // takeWatchEvent returns the latest watch event if the loop has not taken
@@ -48,12 +39,6 @@ func (c *Claimer) takeWatchEvent() (watchEvent, bool) {
 	fresh := c.watch.fresh
 	c.watch.fresh = false
 	return c.watch.last, fresh
-}
-
-func (c *Claimer) setWatchHealthy(ok bool) {
-	c.mu.Lock()
-	c.watch.healthy = ok
-	c.mu.Unlock()
 }
 
 func (c *Claimer) noteWatchEvent(deleted bool, key leaseKey) {
@@ -81,6 +66,7 @@ func (c *Claimer) watchLease(ctx context.Context) {
 		FieldSelector:  fields.OneTermEqualSelector("metadata.name", c.cfg.Name).String(),
 		TimeoutSeconds: ptr(int64(watchTimeoutSeconds)),
 	}
+	warned := false // a permanent watch failure was logged
 	for ctx.Err() == nil {
 		started := c.clk.Now()
 		w, err := c.startWatch(ctx, opts)
@@ -91,13 +77,19 @@ func (c *Claimer) watchLease(ctx context.Context) {
 			return
 		}
 		c.in.request(opWatch, err)
-		if err == nil {
-			c.setWatchHealthy(true)
+		// A failure is logged at debug level, but a permanent one (say
+		// RBAC lacks the watch verb) once as a warning: we poll instead.
+		switch {
+		case err == nil:
+			c.watchUp.Store(true)
 			c.consume(ctx, w)
 			w.Stop()
-			c.setWatchHealthy(false)
-		} else {
-			c.watchFailed(err)
+			c.watchUp.Store(false)
+		case !fatal(err):
+			c.log.Debug("leader: watching the lease failed", "err", err)
+		case !warned:
+			warned = true
+			c.log.Warn("leader: cannot watch the lease; re-reading it every RetryPeriod instead", "err", err, "retryPeriod", c.cfg.RetryPeriod)
 		}
 		if c.clk.Since(started) >= c.cfg.RetryPeriod {
 			continue // a watch that lived its life: re-establish at once
@@ -167,21 +159,4 @@ func (c *Claimer) consume(ctx context.Context, w watch.Interface) {
 			}
 		}
 	}
-}
-
-// watchFailed logs a watch that cannot be established: at debug level, but
-// a permanent failure (say RBAC lacks the watch verb) once as a warning,
-// since the claimer then polls instead.
-func (c *Claimer) watchFailed(err error) {
-	if fatal(err) {
-		c.mu.Lock()
-		warned := c.watch.warned
-		c.watch.warned = true
-		c.mu.Unlock()
-		if !warned {
-			c.log.Warn("leader: cannot watch the lease; re-reading it every RetryPeriod instead", "err", err, "retryPeriod", c.cfg.RetryPeriod)
-		}
-		return
-	}
-	c.log.Debug("leader: watching the lease failed", "err", err)
 }
