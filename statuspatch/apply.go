@@ -141,18 +141,9 @@ func (a *ApplyPatcher) Patch(ctx context.Context, p ApplyPatch) error {
 	if err != nil {
 		return err
 	}
-	path := []string{"/apis", a.gvr.Group, a.gvr.Version}
-	if a.gvr.Group == "" {
-		path = []string{"/api", a.gvr.Version}
-	}
-	if p.Namespace != "" {
-		path = append(path, "namespaces", p.Namespace)
-	}
-	path = append(path, a.gvr.Resource, p.Name, "status")
-	req, err := withServerTimeout(ctx, a.rest.Patch(types.ApplyYAMLPatchType).AbsPath(path...).
-		Param("fieldManager", a.fieldManager).Param("force", "true").MaxRetries(0))
+	req, err := statusRequest(ctx, a.rest, types.ApplyYAMLPatchType, a.gvr, p.Namespace, p.Name, a.fieldManager)
 	if err != nil {
 		return fmt.Errorf("statuspatch: apply status of %s/%s %w", p.Namespace, p.Name, err)
 	}
-	return req.Body(body).Do(ctx).Error()
+	return req.Param("force", "true").Body(body).Do(ctx).Error()
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 )
 
@@ -42,6 +44,21 @@ func serverTimeoutAt(ctx context.Context, now time.Time) (d time.Duration, ok bo
 		return 0, false
 	}
 	return d, true
+}
+
+// statusRequest is the PATCH of type pt of the status of namespace/name of
+// resource gvr, by fieldManager, without client-side retries, with ctx's
+// deadline as its timeout parameter (withServerTimeout).
+func statusRequest(ctx context.Context, c rest.Interface, pt types.PatchType, gvr schema.GroupVersionResource, namespace, name, fieldManager string) (*rest.Request, error) {
+	path := []string{"/apis", gvr.Group, gvr.Version}
+	if gvr.Group == "" {
+		path = []string{"/api", gvr.Version}
+	}
+	if namespace != "" {
+		path = append(path, "namespaces", namespace)
+	}
+	path = append(path, gvr.Resource, name, "status")
+	return withServerTimeout(ctx, c.Patch(pt).AbsPath(path...).Param("fieldManager", fieldManager).MaxRetries(0))
 }
 
 // withServerTimeout returns req with ctx's deadline as its timeout

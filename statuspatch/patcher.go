@@ -326,16 +326,7 @@ func resourceVersionOf(raw []byte) string {
 // send makes one PATCH of the status of namespace/name and returns the
 // answer's body.
 func (d *MergePatcher) send(ctx context.Context, namespace, name string, body []byte, fieldManager string, dryRun bool) ([]byte, error) {
-	path := []string{"/apis", d.gvr.Group, d.gvr.Version}
-	if d.gvr.Group == "" {
-		path = []string{"/api", d.gvr.Version}
-	}
-	if namespace != "" {
-		path = append(path, "namespaces", namespace)
-	}
-	path = append(path, d.gvr.Resource, name, "status")
-	req, err := withServerTimeout(ctx, d.rest.Patch(types.MergePatchType).AbsPath(path...).
-		Param("fieldManager", fieldManager).MaxRetries(0))
+	req, err := statusRequest(ctx, d.rest, types.MergePatchType, d.gvr, namespace, name, fieldManager)
 	if err != nil {
 		return nil, fmt.Errorf("statuspatch: patch of %s/%s %w", namespace, name, err)
 	}

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"slices"
 )
 
 // A Permit is a slot of one lane reserved by [Queue.Reserve]: send a
@@ -97,4 +98,42 @@ func (q *Queue[K]) unreserveLocked(p Permit[K]) {
 	*p.used = true
 	q.lanes[p.lane].count--
 	q.lanes[p.lane].reserved--
+}
+
+// room is a waiter for free slots of a lane (Room).
+type room struct {
+	lane Lane
+	free int
+	ch   chan struct{}
+}
+
+// Room returns a channel closed once lane has at least free slots free,
+// or the queue is closed, and a function that forgets it (a waiter that
+// gives up calls it, so that the queue keeps no waiter it will not wake).
+func (q *Queue[K]) Room(l Lane, free int) (<-chan struct{}, func()) {
+	l = min(l, LanePass)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	ch := make(chan struct{})
+	q.rooms = append(q.rooms, room{lane: l, free: free, ch: ch})
+	q.wakeRoomsLocked()
+	return ch, func() {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		q.rooms = slices.DeleteFunc(q.rooms, func(r room) bool { return r.ch == ch })
+	}
+}
+
+func (q *Queue[K]) wakeRoomsLocked() {
+	n := 0
+	for _, r := range q.rooms {
+		if q.closed || q.capacity-q.lanes[r.lane].count >= r.free {
+			close(r.ch)
+			continue
+		}
+		q.rooms[n] = r
+		n++
+	}
+	clear(q.rooms[n:])
+	q.rooms = q.rooms[:n]
 }

@@ -3,7 +3,6 @@ package queue
 import (
 	"context"
 	"errors"
-	"slices"
 	"sync"
 	"time"
 
@@ -84,12 +83,6 @@ type waiter struct {
 	seq    uint64
 	queued bool      // in its lane's fifo; false while the key is held
 	since  time.Time // first added; zero without a clock
-}
-
-type room struct {
-	lane Lane
-	free int
-	ch   chan struct{}
 }
 
 // Stats are a queue's counters since construction, and its state now
@@ -319,37 +312,6 @@ func (q *Queue[K]) Done(key K) {
 		q.waiting[key] = w
 		q.pushLocked(key, w)
 	}
-}
-
-// Room returns a channel closed once lane has at least free slots free,
-// or the queue is closed, and a function that forgets it (a waiter that
-// gives up calls it, so that the queue keeps no waiter it will not wake).
-func (q *Queue[K]) Room(l Lane, free int) (<-chan struct{}, func()) {
-	l = min(l, LanePass)
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	ch := make(chan struct{})
-	q.rooms = append(q.rooms, room{lane: l, free: free, ch: ch})
-	q.wakeRoomsLocked()
-	return ch, func() {
-		q.mu.Lock()
-		defer q.mu.Unlock()
-		q.rooms = slices.DeleteFunc(q.rooms, func(r room) bool { return r.ch == ch })
-	}
-}
-
-func (q *Queue[K]) wakeRoomsLocked() {
-	n := 0
-	for _, r := range q.rooms {
-		if q.closed || q.capacity-q.lanes[r.lane].count >= r.free {
-			close(r.ch)
-			continue
-		}
-		q.rooms[n] = r
-		n++
-	}
-	clear(q.rooms[n:])
-	q.rooms = q.rooms[:n]
 }
 
 // Close refuses producers from now on; consumers drain what waits.
