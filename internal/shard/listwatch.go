@@ -23,25 +23,21 @@ import (
 // full list and watch of the resource (transfer and decoding, not memory).
 // Whether the server filters is told from what it returns, not from the
 // list's shardInfo, which not every resource's list carries.
+//
+// Its IsWatchListSemanticsUnSupported passes on lw's answer, so the
+// reflector streams the initial list when it can.
 func ListWatch(lw cache.ListerWatcher, r Range, unfiltered func()) cache.ListerWatcher {
 	f := &filtered{lw: cache.ToListerWatcherWithContext(lw), r: r, unfiltered: unfiltered}
-	if wl, ok := lw.(interface{ IsWatchListSemanticsUnSupported() bool }); ok {
-		f.noWatchList = wl.IsWatchListSemanticsUnSupported()
-	}
-	return f
+	flw := &cache.ListWatch{ListWithContextFunc: f.ListWithContext, WatchFuncWithContext: f.WatchWithContext}
+	return cache.ToListWatcherWithWatchListSemantics(flw, lw)
 }
 
 type filtered struct {
-	lw          cache.ListerWatcherWithContext
-	r           Range
-	unfiltered  func()
-	noWatchList bool
-	told        atomic.Bool
+	lw         cache.ListerWatcherWithContext
+	r          Range
+	unfiltered func()
+	told       atomic.Bool
 }
-
-// IsWatchListSemanticsUnSupported passes on the wrapped ListerWatcher's
-// answer, so the reflector streams the initial list when it can.
-func (f *filtered) IsWatchListSemanticsUnSupported() bool { return f.noWatchList }
 
 func (f *filtered) options(o metav1.ListOptions) metav1.ListOptions {
 	o.ShardSelector = f.r.Selector()
@@ -86,16 +82,6 @@ func (f *filtered) ListWithContext(ctx context.Context, o metav1.ListOptions) (r
 		return nil, err
 	}
 	return list, nil
-}
-
-// List lists with context.Background(); the reflector uses ListWithContext.
-func (f *filtered) List(o metav1.ListOptions) (runtime.Object, error) {
-	return f.ListWithContext(context.Background(), o)
-}
-
-// Watch watches with context.Background(); the reflector uses WatchWithContext.
-func (f *filtered) Watch(o metav1.ListOptions) (watch.Interface, error) {
-	return f.WatchWithContext(context.Background(), o)
 }
 
 // WatchWithContext watches r and drops the events of objects outside it.
