@@ -1,9 +1,6 @@
 package shard
 
-import (
-	"hash/fnv"
-	"slices"
-)
+import "slices"
 
 // View is one replica's view of the shard group: Members are the
 // identities alive, sorted; Holders[i] is the holder of shard i's current
@@ -125,16 +122,6 @@ func freeShards(me string, members []string, v View, mine []int) []int {
 			free = append(free, s)
 		}
 	}
-	if len(free) == 0 {
-		return nil
-	}
-	start := 0
-	if i := slices.Index(members, me); i >= 0 {
-		start = i * len(free) / len(members)
-	} else {
-		h := fnv.New32a()
-		_, _ = h.Write([]byte(me))
-		start = int(h.Sum32() % uint32(len(free)))
-	}
+	start := slices.Index(members, me) * len(free) / len(members) // Plan put me among them
 	return slices.Concat(free[start:], free[:start])
 }
