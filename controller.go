@@ -156,9 +156,12 @@ func addDependencies(deps []Dependency, enqueue func(...types.NamespacedName), r
 // new call, the calls in flight run to the API server's answer, what is
 // queued is dropped; then the claimer — it vacates the Lease only if every
 // call got an answer, else it lets the claim run out. Run returns once all
-// have stopped. Once ctx is done no pass and no serve starts reading the
-// Source (nor computes a status, which may read the dependencies'
-// caches), so the informers may stop with ctx (informers.Start(ctx.Done())).
+// have stopped: at most PatchTimeout + the Lease's CallTimeout after ctx is
+// done, whether the API server answers or not. Once ctx is done no pass
+// and no serve starts reading the Source (nor computes a status, which may
+// read the dependencies' caches), so the informers may stop with ctx
+// (informers.Start(ctx.Done())); Run does not wait for them, and nothing
+// needs to (see Stop order in the package documentation).
 //
 // Failures that end Run: the caches do not sync in time ([ErrNotSynced]);
 // the lease loop fails (for example RBAC forbids the Lease); a part stops
