@@ -47,7 +47,10 @@ func TestConstructorsRejectBadInputWithAConfigError(t *testing.T) {
 			return err
 		}},
 		{"quietpatch.New", "Computer", func() error { _, err := quietpatch.New[*item, int64, string](src, nil, patcher, valid()); return err }},
-		{"quietpatch.New", "Patcher", func() error { _, err := quietpatch.New[*item, int64, string](src, itemComputer, nil, valid()); return err }},
+		{"quietpatch.New", "Patcher", func() error {
+			_, err := quietpatch.New[*item, int64, string](src, itemComputer, nil, valid())
+			return err
+		}},
 		{"quietpatch.New", "Leases", func() error {
 			c := valid()
 			c.Leases = nil

@@ -195,11 +195,14 @@ func addDependencies(deps []Dependency, enqueue func(...types.NamespacedName), r
 // new call, the calls in flight run to the API server's answer, what is
 // queued is dropped; then the claimer — it vacates the Lease only if every
 // call got an answer, else it lets the claim run out. Run unregisters the
-// instruments and returns once all have stopped. The reconciler and the
-// dispatcher see ctx itself: from the moment it is done, no pass and no
-// serve starts reading the Source (nor computes a status, which may read
-// the dependencies' caches), so the informers may stop with ctx
-// (informers.Start(ctx.Done())).
+// instruments and returns once all have stopped: at most PatchTimeout +
+// the Lease's CallTimeout after ctx is done, whether the API server answers
+// or not (with a Patcher that returns when its context ends). The
+// reconciler and the dispatcher see ctx itself: from the moment it is
+// done, no pass and no serve starts reading the Source (nor computes a
+// status, which may read the dependencies' caches), so the informers may
+// stop with ctx (informers.Start(ctx.Done())); Run does not wait for them,
+// and nothing needs to (see Stop order in the package documentation).
 //
 // Failures that end Run: the caches do not sync in time ([ErrNotSynced]);
 // the lease loop fails (for example RBAC forbids the Lease); a part stops

@@ -40,9 +40,10 @@
 //		if err != nil {
 //			return err
 //		}
-//		informers.Start(ctx.Done())    // returns at once; the informers run until ctx ends
-//		defer informers.Shutdown()     // waits for the informers' goroutines
-//		return ctrl.Run(ctx)           // blocks until ctx is cancelled
+//		ctx, stop := context.WithCancel(ctx)
+//		defer stop()                // the informers stop when run returns; nothing waits for them
+//		informers.Start(ctx.Done()) // returns at once
+//		return ctrl.Run(ctx)        // blocks until ctx is cancelled, then stops in the safe order
 //	}
 //
 // Example has it complete, runnable on client-go's fakes, with the patcher
@@ -173,11 +174,25 @@
 // their answer, at most PatchTimeout; what is queued is dropped and
 // counted, reason shutdown — the next leader recomputes it); then the
 // Lease (vacated or left to run out, as above). It returns once all have
-// stopped. The informers may stop when ctx ends, as
-// informers.Start(ctx.Done()) has them: the reconciler and the dispatcher
-// see ctx itself, so from the moment it is done neither a pass nor the
-// dispatcher starts reading the Source — a pass under way stops within
-// 256 objects, and the calls in flight send what they built before.
+// stopped: at most PatchTimeout + the Lease's CallTimeout after ctx is
+// done, whether the API server answers or not. The informers may stop when
+// ctx ends, as informers.Start(ctx.Done()) has them: the reconciler and the
+// dispatcher see ctx itself, so from the moment it is done neither a pass
+// nor the dispatcher starts reading the Source — a pass under way stops
+// within 256 objects, and the calls in flight send what they built before.
+//
+// Nothing needs to wait for the informers, and a process that is stopping
+// should not wait for them without a bound:
+// SharedInformerFactory.Shutdown waits for every reflector, and a
+// client-go v0.37 reflector whose watch broke and whose watch-list
+// request was then refused or answered 429 (an API server restarting or
+// overloaded) sleeps out its back-off, up to a minute, before it looks at
+// its context (tools/cache/reflector.go, Reflector.watchList). The
+// example above stops them when run returns, whatever ended Run, and waits
+// for none; the HTTPRoute example waits for them at most a second
+// (controller.StopGrace). [NewSharded]'s Run waits for each shard's
+// informer at most a second, and deletes its membership Lease under one
+// CallTimeout more.
 //
 // # More
 //

@@ -164,6 +164,8 @@ func Example() {
 	fmt.Println("Run:", <-done)
 	st := ctrl.Stats()
 	fmt.Println("patches ok:", st.Dispatcher.Patches["ok"])
+	// A test waits for the informers' goroutines (goleak); a process need
+	// not, and must not without a bound (see Stop order).
 	informers.Shutdown()
 	policyInformers.Shutdown()
 	// Output:

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -129,15 +129,32 @@ type shardPipeline[O, S, P any] struct {
 	objects atomic.Int64 // in inf's cache, counted by a handler: no list per scrape
 }
 
+// informerStopGrace bounds the wait for a shard's informer once its
+// pipeline has stopped. A client-go v0.37 reflector sleeps out its
+// back-off after a refused or 429'd watch-list request, up to a minute,
+// before it looks at its context (tools/cache/reflector.go,
+// Reflector.watchList): its goroutine is left to end on its own.
+const informerStopGrace = time.Second
+
 // Run runs the informer and the pipeline, and stops the informer after the
-// pipeline that reads it.
+// pipeline that reads it, waiting for it at most informerStopGrace (real
+// time: the informer's own).
 func (p *shardPipeline[O, S, P]) Run(ctx context.Context) error {
 	ictx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer stop()
-	wg.Go(func() { p.inf.RunWithContext(ictx) })
-	return p.ctrl.Run(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.inf.RunWithContext(ictx)
+	}()
+	err := p.ctrl.Run(ctx)
+	stop()
+	t := time.NewTimer(informerStopGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+	return err
 }
 
 func (p *shardPipeline[O, S, P]) Claim() leader.Claim { return p.ctrl.claimer.Current() }
@@ -173,6 +190,13 @@ func (p *shardPipeline[O, S, P]) Live() error { return p.ctrl.Live() }
 // group and runs the shards the plan gives it (shard.Coordinator.Run): a
 // shard's pipeline competes for the shard's Lease once its informer synced.
 // Stop the dependencies' informers after Run returned.
+//
+// Once ctx is done, Run returns within PatchTimeout + 2 × the Lease's
+// CallTimeout + 1 s, whether the API server answers or not: the shards
+// stop together, each as [Controller.Run] does, its informer waited for at
+// most a second (client-go's may take far longer: see Stop order in the
+// package documentation); then the membership Lease is deleted under one
+// CallTimeout.
 func (s *Sharded[O, S, P]) Run(ctx context.Context) error {
 	if err := s.life.Start(); err != nil {
 		return err

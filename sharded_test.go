@@ -1,9 +1,11 @@
 package quietpatch_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -431,5 +433,94 @@ func TestShardedReplicasStartedTogetherTakeOnlyTheirShare(t *testing.T) {
 		if n > 2 {
 			t.Errorf("replica %d ran %d shards at once, more than its share of 2", i, n)
 		}
+	}
+}
+
+// stuckLW is a ListerWatcher of ConfigMaps whose watches, once stick is
+// called, end, and whose watch requests then block until release,
+// whatever their context — as a client-go v0.37 reflector sleeping out its
+// back-off after a refused or 429'd watch-list request does.
+type stuckLW struct {
+	objs    *fake.Clientset
+	mu      sync.Mutex
+	stuck   bool
+	watches []watch.Interface
+	blocked chan struct{} // receives once per blocked watch request
+	release chan struct{}
+}
+
+func (s *stuckLW) lw() cache.ListerWatcher {
+	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return s.objs.CoreV1().ConfigMaps("ns").List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			s.mu.Lock()
+			stuck := s.stuck
+			s.mu.Unlock()
+			if stuck {
+				s.blocked <- struct{}{}
+				<-s.release
+				return nil, io.EOF // a watch closed normally: nothing logged
+			}
+			w, err := s.objs.CoreV1().ConfigMaps("ns").Watch(ctx, o)
+			if err == nil {
+				s.mu.Lock()
+				s.watches = append(s.watches, w)
+				s.mu.Unlock()
+			}
+			return w, err
+		},
+	}, s.objs)
+}
+
+// stick ends every watch: the next watch requests block.
+func (s *stuckLW) stick() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stuck = true
+	for _, w := range s.watches {
+		w.Stop()
+	}
+}
+
+// TestShardedRunDoesNotWaitForAStuckInformer: once ctx is done, Run returns
+// within PatchTimeout + 2 × CallTimeout + 1 s, its documented bound, even
+// though the shards' informers do not stop (their watch requests ignore
+// their context).
+func TestShardedRunDoesNotWaitForAStuckInformer(t *testing.T) {
+	kube := leaseAPI()
+	s := &stuckLW{objs: fake.NewClientset(), blocked: make(chan struct{}, testShards), release: make(chan struct{})}
+	var release sync.Once
+	defer release.Do(func() { close(s.release) })
+	cfg := shardedConfig(kube, "a")
+	r, err := quietpatch.NewSharded(s.lw(), configMapComputer, pipeline.PatcherFunc[string](func(context.Context, string) error { return nil }), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runInBackground(t, r)
+	waitShards(t, "every shard held", func() bool { return len(r.Stats().Held) == testShards })
+	s.stick()
+	for range testShards {
+		<-s.blocked
+	}
+	lease, err := cfg.Lease.Complete()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound := cmp.Or(cfg.PatchTimeout, quietpatch.DefaultPatchTimeout) + 2*lease.CallTimeout + time.Second
+	begin := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- stop() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		t.Logf("Run returned %v after its context was cancelled (bound %v)", time.Since(begin).Round(time.Millisecond), bound)
+	case <-time.After(bound + bound/2):
+		release.Do(func() { close(s.release) })
+		<-done
+		t.Errorf("Run returned only once the informers were released, %v after its context was cancelled (bound %v)", time.Since(begin).Round(time.Millisecond), bound)
 	}
 }

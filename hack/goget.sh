@@ -26,6 +26,13 @@
 #            included) against the checkout, linked as ../quietpatch; a
 #            check that each module is replaced by the checkout; `go vet`
 #   work     README's `go work init` block (build included)
+#   work after replace
+#            in the module the replace step left (tidy required each of
+#            our modules at v0.0.0-00010101000000-000000000000): with its
+#            replace directives dropped, a workspace must fail to build
+#            (Go reads the required version's go.mod, which no proxy has:
+#            README says so); README's `go mod edit -dropreplace` block,
+#            then README's `go work init` block (build included)
 #
 # The go commands of the consumers see
 #   GOPROXY=file://<proxy>,<upstream>   (get) our modules from disk; everything
@@ -149,7 +156,8 @@ mkdir -p "$work/get" "$work/replace" "$work/work"
 installBlock "go get $root@" > "$work/install-get.sh" || { echo "goget: README's Install has no block with \"go get $root@\"" >&2; exit 1; }
 installBlock "go mod edit -replace" > "$work/install-replace.sh" || { echo "goget: README's Install has no block with \"go mod edit -replace\"" >&2; exit 1; }
 installBlock "go work init" > "$work/install-work.sh" || { echo "goget: README's Install has no block with \"go work init\"" >&2; exit 1; }
-for f in get replace work; do sed 's/^/    | /' "$work/install-$f.sh"; done
+installBlock "go mod edit -dropreplace" > "$work/install-drop.sh" || { echo "goget: README's Install has no block with \"go mod edit -dropreplace\"" >&2; exit 1; }
+for f in get replace work drop; do sed 's/^/    | /' "$work/install-$f.sh"; done
 
 run "build hack/modzip" bash -c 'cd hack/modzip && GOWORK=off go build -o "$1/modzip" .' _ "$work"
 run "publish $root@$version" "$work/modzip" -proxy "$proxy" -dir "$repo" -version "$version"
@@ -276,6 +284,36 @@ cd "$work/work"
 run "work: README's go work init lines" env GOWORK= bash -euo pipefail "$work/install-work.sh"
 cd "$work/work/mycontroller"
 step="work: check the workspace"
+say "$step"
+mods=$(GOWORK= go list -m | sort | tr '\n' ' ')
+echo "    $mods"
+for m in "$root" "$integ" "$otelprom"; do
+  [[ " $mods" == *" $m "* ]] || { echo "goget: the workspace lacks $m: $mods" >&2; exit 1; }
+done
+# work after replace: the module the replace step left.
+cd "$work/replace/mycontroller"
+step="work after replace: a workspace beside requirements at the zero pseudo-version must not build"
+say "$step"
+cp go.mod "$work/go.mod.replaced"
+go mod edit -dropreplace="$root" -dropreplace="$integ" -dropreplace="$otelprom"
+GOWORK= go work init . ../quietpatch ../quietpatch/integrations/controllerruntime ../quietpatch/integrations/otelprom
+if GOWORK= go build ./... 2> "$work/work-after-replace.err"; then
+  echo "goget: the workspace built although go.mod requires our modules at v0.0.0-00010101000000-000000000000: README's Install says it does not" >&2
+  exit 1
+fi
+grep -q "@v0.0.0-00010101000000-000000000000" "$work/work-after-replace.err" || {
+  echo "goget: the workspace failed otherwise than README's Install says:" >&2
+  cat "$work/work-after-replace.err" >&2
+  exit 1
+}
+echo "    fails as README says: $(head -n 1 "$work/work-after-replace.err")"
+rm -f go.work go.work.sum
+cp "$work/go.mod.replaced" go.mod
+cd "$work/replace"
+run "work after replace: README's go mod edit -dropreplace lines" bash -euo pipefail "$work/install-drop.sh"
+run "work after replace: README's go work init lines" env GOWORK= bash -euo pipefail "$work/install-work.sh"
+cd "$work/replace/mycontroller"
+step="work after replace: check the workspace"
 say "$step"
 mods=$(GOWORK= go list -m | sort | tr '\n' ' ')
 echo "    $mods"

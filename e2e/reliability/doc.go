@@ -42,6 +42,13 @@
 //     acquisition; without a vacate, the successor must have waited out
 //     the claim. The audit log tells the successor's writes from the
 //     stopping replica's, whatever the latter's requests were answered.
+//   - TestSIGTERMStopsWithinBound: a leading replica of the example
+//     controller gets SIGTERM while the API server answers nothing — its
+//     watches broken and its watch-list requests answered 429 until a
+//     client-go reflector sleeps out a back-off of 6.4 s or more without
+//     looking at its context, then every request held — and exits within
+//     controller.Options.StopBound (PatchTimeout, plus the Lease's
+//     CallTimeout, plus controller.StopGrace) and half of it as slack.
 //   - TestRestartDoesNotInheritClaim: the leader is killed with SIGKILL
 //     right after a renewal and started again at once with the same
 //     --identity, three times; its first acquisition (a higher

@@ -7,6 +7,13 @@
 //	make cluster ARGS="-gateway-api=false" # flags after ARGS= are passed on
 //	go run ./cmd/localcluster -dir /tmp/qp -keep   # keep state and logs
 //
+// The API server writes an audit log, audit.log in the state directory (its
+// path is printed at start): one JSON line per write to a status
+// subresource or to a Lease — who (user.username), verb, resource,
+// namespace/name, response code — and nothing else (cluster.AuditPolicy).
+// It is the quickest count of what a controller writes, e.g. status PATCH
+// requests per user; -h shows the command.
+//
 // SIGINT, SIGTERM and SIGHUP stop the control plane (processes gone, state
 // removed) before the command exits. So does the death of its parent process
 // on Linux (for example `go run` ended by SIGTERM): it then gets SIGTERM.
@@ -34,6 +41,40 @@ func main() {
 	}
 }
 
+// usage is the -h text: what the command does, where the audit log is and
+// what it is good for, then the flags.
+func usage() {
+	out := flag.CommandLine.Output()
+	fmt.Fprint(out, `Usage: localcluster [flags]     (make cluster ARGS="flags")
+
+Runs etcd and kube-apiserver on 127.0.0.1 (with the Gateway API CRDs unless
+-gateway-api=false) until interrupted, then stops them and removes the state
+directory unless -dir or -keep was given. It prints the kubeconfig path and
+the paths of the logs.
+
+Audit log: STATE_DIR/audit.log (the path is printed at start; keep it after
+the stop with -keep or -dir). The API server writes one JSON line per write
+to a status subresource or to a Lease — user.username, verb,
+objectRef.resource/subresource/namespace/name, responseStatus.code — and
+nothing else. It is the quickest count of what a controller writes, for
+example the status PATCH requests per user:
+
+  jq -r 'select(.verb == "patch" and .objectRef.subresource == "status") | .user.username' \
+    STATE_DIR/audit.log | sort | uniq -c
+
+or, per user and response code, the Lease writes:
+
+  jq -r 'select(.objectRef.resource == "leases") | "\(.user.username) \(.verb) \(.responseStatus.code)"' \
+    STATE_DIR/audit.log | sort | uniq -c
+
+kube-apiserver renews its own Lease in kube-system about every 10 s: expect
+those lines too.
+
+Flags:
+`)
+	flag.PrintDefaults()
+}
+
 func run() error {
 	var opts cluster.Options
 	flag.StringVar(&opts.Dir, "dir", "", "state directory (default: a temporary directory, removed on exit)")
@@ -41,6 +82,7 @@ func run() error {
 	flag.StringVar(&opts.BinDir, "bin-dir", "", "directory with kube-apiserver and etcd (default: $KUBEBUILDER_ASSETS, else $QP_BIN_DIR, else e2e/.bin)")
 	gatewayAPI := flag.Bool("gateway-api", true, "install the Gateway API standard-channel CRDs (-gateway-api=false skips them)")
 	verbose := flag.Bool("v", false, "log progress")
+	flag.Usage = usage
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q: flags only (see -help)", flag.Args())
@@ -84,6 +126,7 @@ func run() error {
   etcd:           %s (peer port %d)
   identity:       %s (group %s: bypasses RBAC) via client certificate
   audit log:      %s
+                  (every status and Lease write: who, verb, code; -h shows how to count them)
   logs:           %s
                   %s
 

@@ -42,9 +42,13 @@ const Name = "httproute-status"
 // ErrAlreadyRunning is returned by a second call of [Controller.Run].
 var ErrAlreadyRunning = errors.New("controller: Run already called")
 
-// shutdownTimeout bounds the shutdown of the HTTP servers and of the meter
-// provider. The lease is vacated under the claimer's own CallTimeout.
-const shutdownTimeout = 5 * time.Second
+// StopGrace bounds what [Controller.Run] does once the pipeline has
+// stopped: stopping the informers, the metrics and health endpoints and the
+// meter provider, together. Run waits for the informers' goroutines at most
+// that long: client-go's informers may take far longer to end than their
+// context (see Controller.Run), and a process that is stopping need not
+// wait for them.
+const StopGrace = time.Second
 
 // Controller is the HTTPRoute status controller: informers, the library's
 // status pipeline for HTTPRoutes (quietpatch.Controller: lease claimer,
@@ -200,6 +204,18 @@ func (c *Controller) Options() Options { return c.opts }
 // the safe order: reconciler, dispatcher, then the Lease. Then Run stops
 // the informers and the endpoints.
 //
+// Run returns at most [Options.StopBound] after ctx is done, whether the
+// API server answers or not: the pipeline's stop (the patch calls in
+// flight run to their answer, at most PatchTimeout; then the Lease is
+// vacated under the claimer's CallTimeout, min(5s, LeaseDuration/3)),
+// then StopGrace for the rest. It does not wait longer for the informers:
+// a client-go v0.37 reflector whose watch broke and whose watch-list
+// request was then refused or answered 429 (an API server restarting or
+// overloaded) sleeps out its back-off, up to a minute, before it looks at
+// its context (tools/cache/reflector.go, Reflector.watchList), and
+// SharedInformerFactory.Shutdown waits for it. Such goroutines end on
+// their own, or with the process.
+//
 // Failures that end Run: a listener or HTTP server fails; the caches do not
 // sync in time; the lease loop fails (e.g. RBAC forbids the Lease); the
 // dispatcher or the reconciler stops on its own.
@@ -210,14 +226,25 @@ func (c *Controller) Run(ctx context.Context) error {
 	// runCtx ends with ctx, or when an endpoint fails.
 	runCtx, fail := context.WithCancelCause(ctx)
 	defer fail(nil)
-	var stops []func(context.Context)
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+	var (
+		stops         []func(context.Context)
+		informersDone chan struct{} // closed once the informers' goroutines have ended
+	)
+	defer func() { // once the pipeline has stopped: everything else within StopGrace
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), StopGrace)
 		defer cancel()
 		for _, stop := range stops {
 			stop(sctx)
 		}
 		_ = c.telemetry.provider.Shutdown(sctx)
+		if informersDone == nil {
+			return
+		}
+		select {
+		case <-informersDone:
+		case <-sctx.Done():
+			c.opts.Logger.Info("informers not stopped within the stop grace; not waiting for them", slog.Duration("stopGrace", StopGrace))
+		}
 	}()
 	// Listeners first: a busy port fails now, not after the cache sync.
 	for _, ep := range []struct {
@@ -243,12 +270,18 @@ func (c *Controller) Run(ctx context.Context) error {
 		stops = append(stops, stop)
 	}
 
-	// Informers, stopped after the pipeline that reads them.
+	// Informers, stopped after the pipeline that reads them; waited for
+	// within StopGrace (above).
 	infCtx, stopInformers := context.WithCancel(context.WithoutCancel(ctx))
 	defer func() {
 		stopInformers()
-		c.kubeInformers.Shutdown()
-		c.gwInformers.Shutdown()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			c.kubeInformers.Shutdown()
+			c.gwInformers.Shutdown()
+		}()
+		informersDone = done
 	}()
 	c.kubeInformers.StartWithContext(infCtx)
 	c.gwInformers.StartWithContext(infCtx)

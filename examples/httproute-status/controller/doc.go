@@ -23,8 +23,11 @@
 // Lease up. Run then stops the informers and the endpoints and returns
 // nil; or, after the same shutdown, an error when a part fails: the lease
 // loop (say, RBAC forbids the Lease), the cache sync, an endpoint, or the
-// dispatcher or reconciler stopping on their own. See the quietpatch
-// package documentation for the details of the start and stop order.
+// dispatcher or reconciler stopping on their own. It returns at most
+// [Options.StopBound] after ctx ends, whether the API server answers or
+// not: it waits for the informers only within [StopGrace]. See the
+// quietpatch package documentation for the details of the start and stop
+// order.
 //
 // # Events
 //

@@ -299,6 +299,28 @@ func (o Options) Complete() (Options, error) {
 	return o, nil
 }
 
+// StopBound is how long [Controller.Run] takes at most to return once its
+// context is done, whether the API server answers or not, for these
+// options with their defaults applied: PatchTimeout (the patch calls in
+// flight run to their answer), then the claimer's CallTimeout,
+// min(5s, LeaseDuration/3) (vacating the Lease), then [StopGrace] (the
+// informers, the endpoints, the meter provider). With Shards > 1, one
+// CallTimeout more (leaving the shard group: the membership Lease is
+// deleted) and the second quietpatch.NewSharded gives the shards'
+// informers. The defaults give 11s, under Kubernetes' default
+// terminationGracePeriodSeconds of 30.
+func (o Options) StopBound() time.Duration {
+	if c, err := o.Complete(); err == nil {
+		o = c
+	}
+	lease, _ := o.leaseConfig().Complete()
+	b := o.PatchTimeout + lease.CallTimeout + StopGrace
+	if o.Shards > 1 {
+		b += lease.CallTimeout + time.Second
+	}
+	return b
+}
+
 // leaseConfig is the claimer's configuration; New adds nothing but the
 // library's defaults (logger and meter).
 func (o Options) leaseConfig() leader.Config {

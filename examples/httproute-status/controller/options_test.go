@@ -108,3 +108,27 @@ func TestOptionsInvalid(t *testing.T) {
 		})
 	}
 }
+
+// TestOptionsStopBound: the bound Run keeps once its context is done, from
+// the options' timeouts (defaults applied) and StopGrace.
+func TestOptionsStopBound(t *testing.T) {
+	tests := []struct {
+		name string
+		opts func(*Options)
+		want time.Duration
+	}{
+		{"defaults: 5s + 5s + StopGrace", func(*Options) {}, 10*time.Second + StopGrace},
+		{"short lease: CallTimeout is a third of it", func(o *Options) { o.LeaseDuration, o.PatchTimeout = 3*time.Second, time.Second }, 2*time.Second + StopGrace},
+		{"shards: leaving the group, the shards' informers", func(o *Options) { o.LeaseDuration, o.PatchTimeout, o.Shards = 3*time.Second, time.Second, 4 },
+			2*time.Second + StopGrace + time.Second + time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := validOptions()
+			tt.opts(&o)
+			if got := o.StopBound(); got != tt.want {
+				t.Errorf("StopBound() = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
