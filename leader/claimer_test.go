@@ -24,13 +24,13 @@ import (
 
 func leaseSpec(holder string, renew time.Time, transitions int32) coordv1.LeaseSpec {
 	s := coordv1.LeaseSpec{
-		LeaseDurationSeconds: ptr(int32(15)),
+		LeaseDurationSeconds: new(int32(15)),
 		RenewTime:            &metav1.MicroTime{Time: renew},
 		AcquireTime:          &metav1.MicroTime{Time: renew},
-		LeaseTransitions:     ptr(transitions),
+		LeaseTransitions:     new(transitions),
 	}
 	if holder != "" {
-		s.HolderIdentity = ptr(holder)
+		s.HolderIdentity = new(holder)
 	}
 	return s
 }
@@ -107,7 +107,7 @@ func TestAcquire(t *testing.T) {
 		},
 		{
 			label:     "free: empty holder",
-			spec:      func() coordv1.LeaseSpec { s := leaseSpec("", t0, 4); s.HolderIdentity = ptr(""); return s }(),
+			spec:      func() coordv1.LeaseSpec { s := leaseSpec("", t0, 4); s.HolderIdentity = new(""); return s }(),
 			acquireAt: 0,
 		},
 		{
@@ -297,8 +297,8 @@ func TestAnotherHolderTakesIt(t *testing.T) {
 	// b takes the lease (say, an operator's tool, or a replica that
 	// thought a's claim had run out).
 	h.api.update(t, func(l *coordv1.Lease) {
-		l.Spec.HolderIdentity = ptr("b")
-		l.Spec.LeaseTransitions = ptr(int32(2))
+		l.Spec.HolderIdentity = new("b")
+		l.Spec.LeaseTransitions = new(int32(2))
 		l.Spec.RenewTime = &metav1.MicroTime{Time: t0.Add(-time.Hour)}
 	})
 	h.settle() // a learns through its watch, without the clock moving
@@ -334,8 +334,8 @@ func TestConflictRereadsNeverOverwrites(t *testing.T) {
 			label:  "renew loses to a takeover",
 			stepTo: 5 * time.Second,
 			race: func(l *coordv1.Lease) {
-				l.Spec.HolderIdentity = ptr("b")
-				l.Spec.LeaseTransitions = ptr(int32(2))
+				l.Spec.HolderIdentity = new("b")
+				l.Spec.LeaseTransitions = new(int32(2))
 			},
 			wantHolder: "b", wantTrans: 2,
 			wantClaim: Claim{"b", at(20 * time.Second), 2},
@@ -351,7 +351,7 @@ func TestConflictRereadsNeverOverwrites(t *testing.T) {
 		},
 		{
 			label:   "acquire loses to the holder renewing",
-			initial: ptr(leaseSpec("b", t0, 4)),
+			initial: new(leaseSpec("b", t0, 4)),
 			stepTo:  15 * time.Second,
 			race: func(l *coordv1.Lease) {
 				l.Spec.RenewTime = &metav1.MicroTime{Time: at(15 * time.Second)}
@@ -673,8 +673,8 @@ func TestEpochsStrictlyIncrease(t *testing.T) {
 
 	// b takes over, then vacates; a acquires.
 	h.api.update(t, func(l *coordv1.Lease) {
-		l.Spec.HolderIdentity = ptr("b")
-		l.Spec.LeaseTransitions = ptr(int32(*l.Spec.LeaseTransitions + 1))
+		l.Spec.HolderIdentity = new("b")
+		l.Spec.LeaseTransitions = new(int32(*l.Spec.LeaseTransitions + 1))
 	})
 	h.settle()
 	h.api.update(t, func(l *coordv1.Lease) { l.Spec.HolderIdentity = nil })
@@ -710,8 +710,8 @@ func TestSubscribe(t *testing.T) {
 			h.stepTo(s * time.Second)
 		}
 		h.api.update(t, func(l *coordv1.Lease) {
-			l.Spec.HolderIdentity = ptr("b")
-			l.Spec.LeaseTransitions = ptr(int32(2))
+			l.Spec.HolderIdentity = new("b")
+			l.Spec.LeaseTransitions = new(int32(2))
 		})
 		h.settle()
 		last := a.c.Current()

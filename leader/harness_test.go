@@ -19,6 +19,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/quietpatch/quietpatch/internal/leases"
 )
 
 // This file holds the test harness: a fake clientset that behaves like an
@@ -477,7 +479,7 @@ func (h *harness) stored() (holder string, transitions int64) {
 	if l == nil {
 		return "<none>", 0
 	}
-	return holderOf(l), transitionsOf(l)
+	return leases.Holder(l), transitionsOf(l)
 }
 
 // logRecorder is a slog handler that keeps records for assertions.

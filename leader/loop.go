@@ -8,6 +8,7 @@ import (
 	coordv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"github.com/quietpatch/quietpatch/internal/leases"
 	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
@@ -172,7 +173,7 @@ func (l *loop) step(ctx context.Context) (time.Time, error) {
 // A Lease naming our identity with another epoch was written by an earlier
 // process that used the same identity.
 func (l *loop) ownClaimInLease() bool {
-	return l.epoch != 0 && l.lease != nil && holderOf(l.lease) == l.cfg.Identity && transitionsOf(l.lease) == l.epoch
+	return l.epoch != 0 && l.lease != nil && leases.Holder(l.lease) == l.cfg.Identity && transitionsOf(l.lease) == l.epoch
 }
 
 // mayAcquire reports whether we may try to acquire the Lease now, and if
@@ -180,11 +181,11 @@ func (l *loop) ownClaimInLease() bool {
 func (l *loop) mayAcquire(now time.Time) (time.Time, bool) {
 	cfg := &l.cfg
 	next := now.Add(cfg.RetryPeriod)
-	if h := holderOf(l.lease); h != "" && (h != cfg.Identity || !l.ownClaimInLease()) {
+	if h := leases.Holder(l.lease); h != "" && (h != cfg.Identity || !l.ownClaimInLease()) {
 		// Another holder's claim — or one made under our identity by
 		// an earlier process (a restarted container keeps its pod
 		// name), whose last writes may still land: wait it out.
-		if exp := l.observedAt.Add(durationOf(l.lease)); now.Before(exp) {
+		if exp := l.observedAt.Add(leases.Duration(l.lease)); now.Before(exp) {
 			return minTime(exp, next), false
 		}
 	}

@@ -49,11 +49,11 @@ func (l *loop) acquire(ctx context.Context) error {
 		next, op = l.lease.DeepCopy(), opAcquire
 	}
 	metav1.SetMetaDataLabel(&next.ObjectMeta, LeaseLabel, "true")
-	next.Spec.HolderIdentity = ptr(l.cfg.Identity)
-	next.Spec.LeaseDurationSeconds = ptr(int32(l.cfg.LeaseDuration / time.Second))
+	next.Spec.HolderIdentity = new(l.cfg.Identity)
+	next.Spec.LeaseDurationSeconds = new(int32(l.cfg.LeaseDuration / time.Second))
 	next.Spec.AcquireTime = &metav1.MicroTime{Time: now}
 	next.Spec.RenewTime = &metav1.MicroTime{Time: now}
-	next.Spec.LeaseTransitions = ptr(int32(epoch))
+	next.Spec.LeaseTransitions = new(int32(epoch))
 	res, err := l.write(ctx, op, next, l.cfg.CallTimeout)
 	if err != nil {
 		return err
@@ -101,7 +101,7 @@ func (l *loop) renew(ctx context.Context) error {
 	}
 	next := l.lease.DeepCopy()
 	next.Spec.RenewTime = &metav1.MicroTime{Time: now}
-	next.Spec.LeaseDurationSeconds = ptr(int32(l.cfg.LeaseDuration / time.Second))
+	next.Spec.LeaseDurationSeconds = new(int32(l.cfg.LeaseDuration / time.Second))
 	res, err := l.write(ctx, opRenew, next, min(left, l.cfg.CallTimeout))
 	if err != nil {
 		return err
@@ -162,7 +162,7 @@ func (l *loop) publish() {
 		cl = Claim{Holder: id, Expiry: l.expiry, Epoch: l.epoch}
 	case l.lease != nil:
 		cl.Epoch = transitionsOf(l.lease)
-		switch h := holderOf(l.lease); h {
+		switch h := leases.Holder(l.lease); h {
 		case "":
 		case id: // names us, but we hold no claim: not current
 			cl.Holder = id
@@ -171,7 +171,7 @@ func (l *loop) publish() {
 			} // else an earlier process's claim: zero Expiry, never ours
 		default:
 			cl.Holder = h
-			cl.Expiry = l.observedAt.Add(durationOf(l.lease))
+			cl.Expiry = l.observedAt.Add(leases.Duration(l.lease))
 		}
 	case l.absent:
 	default:

@@ -64,7 +64,7 @@ func (c *Claimer) noteWatchEvent(deleted bool, key leaseKey) {
 func (c *Claimer) watchLease(ctx context.Context) {
 	opts := metav1.ListOptions{
 		FieldSelector:  fields.OneTermEqualSelector("metadata.name", c.cfg.Name).String(),
-		TimeoutSeconds: ptr(int64(watchTimeoutSeconds)),
+		TimeoutSeconds: new(int64(watchTimeoutSeconds)),
 	}
 	warned := false // a permanent watch failure was logged
 	for ctx.Err() == nil {

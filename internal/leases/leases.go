@@ -1,6 +1,8 @@
 // Package leases is what the library knows about a Lease client beyond
 // package leader's API: whether it would make Lease requests wait in a
-// client-side rate limiter, and when the shard group first saw a Lease.
+// client-side rate limiter, and when the shard group first saw a Lease;
+// and how the claimers and the shard group read a Lease's holder and
+// duration.
 package leases
 
 import (
@@ -9,6 +11,7 @@ import (
 	"reflect"
 	"time"
 
+	coordv1 "k8s.io/api/coordination/v1"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
@@ -89,4 +92,23 @@ func SeenAt(client coordinationv1client.LeasesGetter, name, resourceVersion stri
 		return c.Seen(name, resourceVersion)
 	}
 	return time.Time{}, false
+}
+
+// Holder returns the Lease's spec.holderIdentity; "" when it has none, or
+// for a nil Lease.
+func Holder(l *coordv1.Lease) string {
+	if l == nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// Duration returns the Lease's leaseDurationSeconds; a missing or
+// non-positive value, or a nil Lease, counts as zero (the claim runs out
+// when observed).
+func Duration(l *coordv1.Lease) time.Duration {
+	if l == nil || l.Spec.LeaseDurationSeconds == nil || *l.Spec.LeaseDurationSeconds <= 0 {
+		return 0
+	}
+	return time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	coordv1 "k8s.io/api/coordination/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
@@ -103,5 +104,25 @@ func TestSeenAt(t *testing.T) {
 				t.Errorf("SeenAt = %v, %v; want %v, %v", got, ok, tc.want, tc.wantOK)
 			}
 		})
+	}
+}
+
+// TestHolderAndDuration: a Lease's holder and duration as claimers read
+// them; what is missing, or a nil Lease, reads as none.
+func TestHolderAndDuration(t *testing.T) {
+	for _, tc := range []struct {
+		label  string
+		lease  *coordv1.Lease
+		holder string
+		dur    time.Duration
+	}{
+		{"held", &coordv1.Lease{Spec: coordv1.LeaseSpec{HolderIdentity: new("a"), LeaseDurationSeconds: new(int32(15))}}, "a", 15 * time.Second},
+		{"empty spec", &coordv1.Lease{}, "", 0},
+		{"non-positive duration", &coordv1.Lease{Spec: coordv1.LeaseSpec{LeaseDurationSeconds: new(int32(-1))}}, "", 0},
+		{"nil", nil, "", 0},
+	} {
+		if h, d := leases.Holder(tc.lease), leases.Duration(tc.lease); h != tc.holder || d != tc.dur {
+			t.Errorf("%s: Holder, Duration = %q, %v; want %q, %v", tc.label, h, d, tc.holder, tc.dur)
+		}
 	}
 }

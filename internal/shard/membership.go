@@ -184,8 +184,8 @@ func (g *group) renew(ctx context.Context, now time.Time) error {
 	defer cancel()
 	name := memberLease(g.cfg.Name, g.cfg.Identity)
 	spec := coordv1.LeaseSpec{
-		HolderIdentity:       ptr(g.cfg.Identity),
-		LeaseDurationSeconds: ptr(int32(g.cfg.LeaseDuration / time.Second)),
+		HolderIdentity:       new(g.cfg.Identity),
+		LeaseDurationSeconds: new(int32(g.cfg.LeaseDuration / time.Second)),
 		RenewTime:            &metav1.MicroTime{Time: now},
 	}
 	lease, err := g.leases.Get(cctx, name, metav1.GetOptions{})
@@ -197,7 +197,7 @@ func (g *group) renew(ctx context.Context, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	if lease.Spec.AcquireTime == nil || holderOf(lease) != g.cfg.Identity {
+	if lease.Spec.AcquireTime == nil || leases.Holder(lease) != g.cfg.Identity {
 		spec.AcquireTime = spec.RenewTime
 	} else {
 		spec.AcquireTime = lease.Spec.AcquireTime
@@ -228,7 +228,7 @@ func (g *group) list(ctx context.Context) error {
 		if !ok || o.rv != l.ResourceVersion {
 			o = observed{rv: l.ResourceVersion, at: now}
 		}
-		o.holder, o.dur = holderOf(l), durationOf(l)
+		o.holder, o.dur = leases.Holder(l), leases.Duration(l)
 		next[l.Name] = o
 	}
 	g.known = next
@@ -269,7 +269,7 @@ func (g *group) leave() {
 	defer cancel()
 	name := memberLease(g.cfg.Name, g.cfg.Identity)
 	lease, err := g.leases.Get(ctx, name, metav1.GetOptions{})
-	if err == nil && holderOf(lease) == g.cfg.Identity {
+	if err == nil && leases.Holder(lease) == g.cfg.Identity {
 		err = g.leases.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &lease.ResourceVersion}})
 	}
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -278,21 +278,3 @@ func (g *group) leave() {
 	}
 	g.log.Info("leader: left the shard group", slog.String("group", g.cfg.Name), slog.String("member", name))
 }
-
-func holderOf(l *coordv1.Lease) string {
-	if l.Spec.HolderIdentity == nil {
-		return ""
-	}
-	return *l.Spec.HolderIdentity
-}
-
-// durationOf returns the Lease's leaseDurationSeconds; a missing or
-// non-positive value counts as zero (the claim runs out when observed).
-func durationOf(l *coordv1.Lease) time.Duration {
-	if l.Spec.LeaseDurationSeconds == nil || *l.Spec.LeaseDurationSeconds <= 0 {
-		return 0
-	}
-	return time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
-}
-
-func ptr[T any](v T) *T { return &v }

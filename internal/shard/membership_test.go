@@ -21,6 +21,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/quietpatch/quietpatch/internal/base"
+	"github.com/quietpatch/quietpatch/internal/leases"
 	"github.com/quietpatch/quietpatch/leader"
 )
 
@@ -158,7 +159,7 @@ func TestGroupKeepsItsMemberLease(t *testing.T) {
 	if l == nil {
 		t.Fatal("no member Lease after the first round")
 	}
-	if holderOf(l) != "a" || durationOf(l) != 15*time.Second || !l.Spec.RenewTime.Time.Equal(t0) || l.Spec.AcquireTime == nil {
+	if leases.Holder(l) != "a" || leases.Duration(l) != 15*time.Second || !l.Spec.RenewTime.Time.Equal(t0) || l.Spec.AcquireTime == nil {
 		t.Errorf("member Lease spec %+v, want holder a, 15s, renewed at t0", l.Spec)
 	}
 	rv := l.ResourceVersion
@@ -309,7 +310,7 @@ func TestGroupLeavesOnlyItsOwnLease(t *testing.T) {
 	if err := a.stop(gh); err != nil {
 		t.Fatal(err)
 	}
-	if l := gh.lease(memberLease(testName, "a")); l == nil || holderOf(l) != "someone-else" {
+	if l := gh.lease(memberLease(testName, "a")); l == nil || leases.Holder(l) != "someone-else" {
 		t.Errorf("another's member Lease deleted or changed: %+v", l)
 	}
 }
