@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
-	"k8s.io/utils/clock"
 
 	"github.com/quietpatch/quietpatch/internal/base"
 	"github.com/quietpatch/quietpatch/internal/leases"
@@ -36,10 +35,8 @@ import (
 type group struct {
 	leases coordinationv1client.LeaseInterface
 	client coordinationv1client.LeasesGetter // for leases.Warn at run
-	cfg    leader.Config
+	cfg    leader.Config                     // of it: Namespace, Name, Identity, the durations, Clock, Logger
 	shards int
-	clk    clock.Clock
-	log    *slog.Logger
 
 	mu      sync.Mutex
 	known   map[string]observed // by Lease name
@@ -59,18 +56,13 @@ type observed struct {
 
 // newGroup returns the group of shards shards named cfg.Name in
 // cfg.Namespace, for the replica cfg.Identity. cfg has leader's defaults
-// applied (leader.Config.Complete); of it the group uses Namespace, Name,
-// Identity, LeaseDuration, RenewGrace, RetryPeriod, CallTimeout, Clock and
-// Logger.
+// applied (leader.Config.Complete).
 func newGroup(client coordinationv1client.LeasesGetter, cfg leader.Config, shards int) (*group, error) {
 	if err := leases.Check(client); err != nil {
 		return nil, err
 	}
-	g := &group{client: client,
-		leases: client.Leases(cfg.Namespace), cfg: cfg, shards: shards, clk: cfg.Clock,
-		log: cfg.Logger, known: map[string]observed{}, holders: make([]string, shards),
-		changed: make(chan struct{}, 1),
-	}
+	g := &group{client: client, leases: client.Leases(cfg.Namespace), cfg: cfg, shards: shards,
+		known: map[string]observed{}, holders: make([]string, shards), changed: make(chan struct{}, 1)}
 	for i := range shards {
 		if name := g.shardLease(i); len(name) > 253 {
 			return nil, &base.ConfigError{Field: "Lease.Name", Reason: fmt.Sprintf("is too long for the shard Lease names (%q)", name)}
@@ -100,7 +92,7 @@ func memberLease(name, id string) string {
 func (g *group) view() View {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.refreshLocked(g.clk.Now())
+	g.refreshLocked(g.cfg.Clock.Now())
 	v := View{Members: slices.Clone(g.members), Holders: slices.Clone(g.holders)}
 	if !slices.Contains(v.Members, g.cfg.Identity) {
 		v.Members = append(v.Members, g.cfg.Identity)
@@ -145,14 +137,14 @@ func (g *group) healthy() error {
 // returns nil. Failures are retried every RetryPeriod; run returns early
 // only for an error retrying cannot fix (Forbidden, Unauthorized, Invalid).
 func (g *group) run(ctx context.Context) error {
-	g.log.Info("leader: joining the shard group", slog.String("group", g.cfg.Name),
+	g.cfg.Logger.Info("leader: joining the shard group", slog.String("group", g.cfg.Name),
 		slog.String("member", memberLease(g.cfg.Name, g.cfg.Identity)), slog.Int("shards", g.shards))
 	defer g.leave()
-	leases.Warn(g.log, g.client)
+	leases.Warn(g.cfg.Logger, g.client)
 	var renewed time.Time
 	period := g.cfg.LeaseDuration - g.cfg.RenewGrace
 	for {
-		now := g.clk.Now()
+		now := g.cfg.Clock.Now()
 		var err error
 		if renewed.IsZero() || now.Sub(renewed) >= period {
 			if err = g.renew(ctx, now); err == nil {
@@ -169,12 +161,12 @@ func (g *group) run(ctx context.Context) error {
 			if base.Permanent(err) {
 				return fmt.Errorf("leader: shard group %s: %w", g.cfg.Name, err)
 			}
-			g.log.Debug("leader: shard group request failed; retrying", slog.Any("err", err))
+			g.cfg.Logger.Debug("leader: shard group request failed; retrying", slog.Any("err", err))
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-g.clk.After(g.cfg.RetryPeriod):
+		case <-g.cfg.Clock.After(g.cfg.RetryPeriod):
 		}
 	}
 }
@@ -186,21 +178,19 @@ func (g *group) renew(ctx context.Context, now time.Time) error {
 	spec := coordv1.LeaseSpec{
 		HolderIdentity:       new(g.cfg.Identity),
 		LeaseDurationSeconds: new(int32(g.cfg.LeaseDuration / time.Second)),
+		AcquireTime:          &metav1.MicroTime{Time: now},
 		RenewTime:            &metav1.MicroTime{Time: now},
 	}
 	lease, err := g.leases.Get(cctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		spec.AcquireTime = spec.RenewTime
 		_, err = g.leases.Create(cctx, &coordv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: g.cfg.Namespace}, Spec: spec}, metav1.CreateOptions{})
 		return err
 	}
 	if err != nil {
 		return err
 	}
-	if lease.Spec.AcquireTime == nil || leases.Holder(lease) != g.cfg.Identity {
-		spec.AcquireTime = spec.RenewTime
-	} else {
-		spec.AcquireTime = lease.Spec.AcquireTime
+	if lease.Spec.AcquireTime != nil && leases.Holder(lease) == g.cfg.Identity {
+		spec.AcquireTime = lease.Spec.AcquireTime // ours already: since we joined
 	}
 	lease.Spec = spec
 	_, err = g.leases.Update(cctx, lease, metav1.UpdateOptions{})
@@ -214,7 +204,7 @@ func (g *group) list(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	now := g.clk.Now()
+	now := g.cfg.Clock.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	before := View{Members: slices.Clone(g.members), Holders: slices.Clone(g.holders)} // refreshLocked reuses both
@@ -273,8 +263,8 @@ func (g *group) leave() {
 		err = g.leases.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &lease.ResourceVersion}})
 	}
 	if err != nil && !apierrors.IsNotFound(err) {
-		g.log.Info("leader: could not delete the membership Lease; it runs out", slog.String("lease", name), slog.Any("err", err))
+		g.cfg.Logger.Info("leader: could not delete the membership Lease; it runs out", slog.String("lease", name), slog.Any("err", err))
 		return
 	}
-	g.log.Info("leader: left the shard group", slog.String("group", g.cfg.Name), slog.String("member", name))
+	g.cfg.Logger.Info("leader: left the shard group", slog.String("group", g.cfg.Name), slog.String("member", name))
 }
