@@ -260,14 +260,14 @@ func (c *Coordinator[P]) noticeLocked(i int, sl *slot[P], v View) {
 	}
 }
 
-// leads reports whether the shard's claim is ours now.
-func (c *Coordinator[P]) leads(sl *slot[P]) bool {
-	return sl.p.Claim().IsCurrentFor(c.cfg.Lease.Identity, c.cfg.Lease.Clock.Now())
+// leads reports whether the claim of p's shard is ours now.
+func (c *Coordinator[P]) leads(p P) bool {
+	return p.Claim().IsCurrentFor(c.cfg.Lease.Identity, c.cfg.Lease.Clock.Now())
 }
 
 // leaveLocked gives shard i up: its pipeline stops in its safe order.
 func (c *Coordinator[P]) leaveLocked(i int, sl *slot[P], reason string) {
-	if sl.phase == held || c.leads(sl) {
+	if sl.phase == held || c.leads(sl.p) {
 		c.moves.Add(movedGivenUp) // on purpose: a rebalance, or stopping
 	}
 	sl.phase, sl.reason = leaving, reason

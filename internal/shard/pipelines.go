@@ -74,19 +74,17 @@ func (c *Coordinator[P]) Ready() error {
 	if err := c.group.healthy(); err != nil {
 		errs = append(errs, fmt.Errorf("shard group: %w", err))
 	}
-	c.Each(func(i int, p P) {
-		if err := p.Ready(); err != nil {
-			errs = append(errs, fmt.Errorf("shard %d: %w", i, err))
-		}
-	})
-	return errors.Join(errs...)
+	return c.join(P.Ready, errs...)
 }
 
 // Live reports whether every shard's pipeline run here is live.
-func (c *Coordinator[P]) Live() error {
-	var errs []error
+func (c *Coordinator[P]) Live() error { return c.join(P.Live) }
+
+// join joins errs and the errors probe returns for the pipelines run here,
+// each naming its shard.
+func (c *Coordinator[P]) join(probe func(P) error, errs ...error) error {
 	c.Each(func(i int, p P) {
-		if err := p.Live(); err != nil {
+		if err := probe(p); err != nil {
 			errs = append(errs, fmt.Errorf("shard %d: %w", i, err))
 		}
 	})
@@ -96,8 +94,7 @@ func (c *Coordinator[P]) Live() error {
 // Leading reports whether this replica leads at least one shard now.
 func (c *Coordinator[P]) Leading() bool {
 	leading := false
-	now := c.cfg.Lease.Clock.Now()
-	c.Each(func(_ int, p P) { leading = leading || p.Claim().IsCurrentFor(c.cfg.Lease.Identity, now) })
+	c.Each(func(_ int, p P) { leading = leading || c.leads(p) })
 	return leading
 }
 
@@ -123,11 +120,10 @@ type Stats struct {
 func (c *Coordinator[P]) Stats() Stats {
 	st := Stats{Shards: len(c.ranges), Members: c.group.view().Members, Unfiltered: c.told.Load(),
 		Acquired: c.moves.Get(movedAcquired), GivenUp: c.moves.Get(movedGivenUp), Lost: c.moves.Get(movedLost)}
-	now := c.cfg.Lease.Clock.Now()
 	c.Each(func(i int, p P) {
 		st.Running = append(st.Running, i)
 		st.Objects += p.Objects()
-		if p.Claim().IsCurrentFor(c.cfg.Lease.Identity, now) {
+		if c.leads(p) {
 			st.Held = append(st.Held, i)
 		}
 	})
