@@ -110,34 +110,8 @@ func (l *loop) step(ctx context.Context) (time.Time, error) {
 			continue
 		}
 
-		if l.absent {
-			if cfg.RequireExisting {
-				return time.Time{}, fmt.Errorf("%w: %s/%s (Config.RequireExisting is set)", ErrLeaseNotFound, cfg.Namespace, cfg.Name)
-			}
-			if now.Before(l.backoffUntil) {
-				return minTime(l.backoffUntil, now.Add(cfg.RetryPeriod)), nil
-			}
-			if err := l.acquire(ctx); err != nil {
-				if apierrors.IsNotFound(err) {
-					// The namespace does not exist: fatal once it has
-					// lasted a full LeaseDuration (it may be on its
-					// way), never a silent retry loop behind a healthy
-					// replica.
-					if l.missingNS.IsZero() {
-						l.missingNS = now
-					}
-					if now.Sub(l.missingNS) >= cfg.LeaseDuration {
-						return time.Time{}, fmt.Errorf("leader: cannot create the Lease %s/%s: its namespace has not existed for %s: %w",
-							cfg.Namespace, cfg.Name, now.Sub(l.missingNS), err)
-					}
-					l.transientFailure(err)
-					continue
-				}
-				if err := l.writeFailed(err); err != nil {
-					return time.Time{}, err
-				}
-			}
-			continue
+		if l.absent && cfg.RequireExisting {
+			return time.Time{}, fmt.Errorf("%w: %s/%s (Config.RequireExisting is set)", ErrLeaseNotFound, cfg.Namespace, cfg.Name)
 		}
 
 		if l.held && l.ownClaimInLease() { // the Lease as last known still carries our claim
@@ -156,10 +130,25 @@ func (l *loop) step(ctx context.Context) (time.Time, error) {
 		if l.held { // the Lease no longer carries our claim
 			l.stopHolding(now, "lease taken or changed by another party")
 		}
+		// Absent, free or another's: create or acquire it once we may.
 		if wake, ok := l.mayAcquire(now); !ok {
 			return wake, nil
 		}
-		if err := l.acquire(ctx); err != nil {
+		switch err := l.acquire(ctx); {
+		case err == nil:
+		case l.absent && apierrors.IsNotFound(err):
+			// The namespace does not exist: fatal once it has lasted a
+			// full LeaseDuration (it may be on its way), never a silent
+			// retry loop behind a healthy replica.
+			if l.missingNS.IsZero() {
+				l.missingNS = now
+			}
+			if now.Sub(l.missingNS) >= cfg.LeaseDuration {
+				return time.Time{}, fmt.Errorf("leader: cannot create the Lease %s/%s: its namespace has not existed for %s: %w",
+					cfg.Namespace, cfg.Name, now.Sub(l.missingNS), err)
+			}
+			l.transientFailure(err)
+		default:
 			if err := l.writeFailed(err); err != nil {
 				return time.Time{}, err
 			}
@@ -176,8 +165,8 @@ func (l *loop) ownClaimInLease() bool {
 	return l.epoch != 0 && l.lease != nil && leases.Holder(l.lease) == l.cfg.Identity && transitionsOf(l.lease) == l.epoch
 }
 
-// mayAcquire reports whether we may try to acquire the Lease now, and if
-// not, when to look again.
+// mayAcquire reports whether we may try to acquire (or create) the Lease
+// now, and if not, when to look again.
 func (l *loop) mayAcquire(now time.Time) (time.Time, bool) {
 	cfg := &l.cfg
 	next := now.Add(cfg.RetryPeriod)
