@@ -148,9 +148,7 @@ func (c *Coordinator[P]) Run(ctx context.Context) error {
 	c.mu.Unlock()
 	c.wg.Wait() // every shard, those given up just before too, is quiesced and vacated
 	stopGroup()
-	if gerr := <-groupDone; err == nil && gerr != nil && ctx.Err() == nil {
-		err = gerr
-	}
+	<-groupDone // the group left (coordinate reported its failure, if any)
 	c.log.Info("quietpatch: stopped", slog.Any("error", err))
 	return err
 }
