@@ -1,6 +1,7 @@
 package leader
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -35,13 +36,8 @@ const (
 // (The Claimer does not inherit a claim held under its own identity by an
 // earlier process either; see [Claimer].)
 func DefaultIdentity() string {
-	base := os.Getenv("POD_NAME")
-	if base == "" {
-		base, _ = os.Hostname()
-	}
-	if base == "" {
-		base = "replica"
-	}
+	host, _ := os.Hostname()
+	base := cmp.Or(os.Getenv("POD_NAME"), host, "replica")
 	var b [4]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
 	return base + "_" + hex.EncodeToString(b[:])
@@ -161,9 +157,7 @@ func (cfg Config) Complete() (Config, error) {
 		return cfg, configErr("Identity must be at most 253 characters, got %d", len(cfg.Identity))
 	}
 
-	if cfg.LeaseDuration == 0 {
-		cfg.LeaseDuration = DefaultLeaseDuration
-	}
+	cfg.LeaseDuration = cmp.Or(cfg.LeaseDuration, DefaultLeaseDuration)
 	if cfg.LeaseDuration < time.Second {
 		return cfg, configErr("LeaseDuration must be >= 1s, got %v", cfg.LeaseDuration)
 	}
@@ -174,9 +168,7 @@ func (cfg Config) Complete() (Config, error) {
 		return cfg, configErr("LeaseDuration must fit leaseDurationSeconds (int32), got %v", cfg.LeaseDuration)
 	}
 
-	if cfg.RenewGrace == 0 {
-		cfg.RenewGrace = cfg.LeaseDuration * 2 / 3
-	}
+	cfg.RenewGrace = cmp.Or(cfg.RenewGrace, cfg.LeaseDuration*2/3)
 	if cfg.RenewGrace <= 0 {
 		return cfg, configErr("RenewGrace must be > 0, got %v", cfg.RenewGrace)
 	}
@@ -184,9 +176,7 @@ func (cfg Config) Complete() (Config, error) {
 		return cfg, configErr("RenewGrace must be < LeaseDuration (%v), got %v", cfg.LeaseDuration, cfg.RenewGrace)
 	}
 
-	if cfg.RetryPeriod == 0 {
-		cfg.RetryPeriod = min(DefaultRetryPeriod, cfg.RenewGrace/2)
-	}
+	cfg.RetryPeriod = cmp.Or(cfg.RetryPeriod, min(DefaultRetryPeriod, cfg.RenewGrace/2))
 	if cfg.RetryPeriod <= 0 {
 		return cfg, configErr("RetryPeriod must be > 0, got %v", cfg.RetryPeriod)
 	}
@@ -194,9 +184,7 @@ func (cfg Config) Complete() (Config, error) {
 		return cfg, configErr("RetryPeriod must be < RenewGrace (%v), got %v", cfg.RenewGrace, cfg.RetryPeriod)
 	}
 
-	if cfg.CallTimeout == 0 {
-		cfg.CallTimeout = min(DefaultCallTimeout, cfg.LeaseDuration/3)
-	}
+	cfg.CallTimeout = cmp.Or(cfg.CallTimeout, min(DefaultCallTimeout, cfg.LeaseDuration/3))
 	if cfg.CallTimeout <= 0 {
 		return cfg, configErr("CallTimeout must be > 0, got %v", cfg.CallTimeout)
 	}
@@ -204,15 +192,9 @@ func (cfg Config) Complete() (Config, error) {
 		return cfg, configErr("CallTimeout must be < LeaseDuration (%v), got %v", cfg.LeaseDuration, cfg.CallTimeout)
 	}
 
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Meter == nil {
-		cfg.Meter = noop.Meter{}
-	}
+	cfg.Clock = cmp.Or[clock.Clock](cfg.Clock, clock.RealClock{})
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
+	cfg.Meter = cmp.Or[metric.Meter](cfg.Meter, noop.Meter{})
 	return cfg, nil
 }
 
