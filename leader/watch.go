@@ -144,18 +144,12 @@ func (c *Claimer) consume(ctx context.Context, w watch.Interface) {
 		case <-ctx.Done():
 			return
 		case ev, ok := <-w.ResultChan():
-			if !ok {
+			if !ok || ev.Type == watch.Error {
 				return
 			}
-			switch ev.Type {
-			case watch.Added, watch.Modified, watch.Deleted:
-				lease, isLease := ev.Object.(*coordv1.Lease)
-				if !isLease || lease.Name != c.cfg.Name || lease.Namespace != c.cfg.Namespace && lease.Namespace != "" {
-					continue
-				}
+			lease, isLease := ev.Object.(*coordv1.Lease) // a bookmark's has no name: ignored
+			if isLease && lease.Name == c.cfg.Name && (lease.Namespace == c.cfg.Namespace || lease.Namespace == "") {
 				c.noteWatchEvent(ev.Type == watch.Deleted, keyOf(lease))
-			case watch.Error:
-				return
 			}
 		}
 	}
