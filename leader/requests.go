@@ -161,18 +161,13 @@ func (l *loop) publish() {
 	case l.held:
 		cl = Claim{Holder: id, Expiry: l.expiry, Epoch: l.epoch}
 	case l.lease != nil:
-		cl.Epoch = transitionsOf(l.lease)
-		switch h := leases.Holder(l.lease); h {
-		case "":
-		case id: // names us, but we hold no claim: not current
-			cl.Holder = id
-			if l.ownClaimInLease() {
-				cl.Expiry = l.lastOwnExpiry
-			} // else an earlier process's claim: zero Expiry, never ours
-		default:
-			cl.Holder = h
+		cl.Holder, cl.Epoch = leases.Holder(l.lease), transitionsOf(l.lease)
+		switch {
+		case cl.Holder != "" && cl.Holder != id:
 			cl.Expiry = l.observedAt.Add(leases.Duration(l.lease))
-		}
+		case l.ownClaimInLease(): // names us, but we hold no claim: not current
+			cl.Expiry = l.lastOwnExpiry
+		} // else free, or an earlier process's claim under our identity: zero Expiry
 	case l.absent:
 	default:
 		return // unknown: keep what was last published
