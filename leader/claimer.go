@@ -69,13 +69,12 @@ func NewClaimer(client coordinationv1client.LeasesGetter, cfg Config) (*Claimer,
 	if err != nil {
 		return nil, err
 	}
-	in := newInstruments(cfg.Meter, cfg.Namespace, cfg.Name, cfg.Identity)
 	return &Claimer{
 		cfg:          cfg,
 		leases:       client.Leases(cfg.Namespace),
 		clk:          cfg.Clock,
 		log:          cfg.Logger.With("lease", cfg.Namespace+"/"+cfg.Name, "identity", cfg.Identity),
-		in:           in,
+		in:           newInstruments(cfg.Meter, cfg.Namespace, cfg.Name),
 		kick:         make(chan struct{}, 1),
 		relinquishCh: make(chan relinquishReq),
 		done:         make(chan struct{}),

@@ -20,7 +20,7 @@ import (
 // takes the values of every quietpatch instrument's outcome, classified by
 // outcome.Of (whose own test has the table).
 func TestRequestResults(t *testing.T) {
-	in := newInstruments(noop.Meter{}, "ns", "lease", "a")
+	in := newInstruments(noop.Meter{}, "ns", "lease")
 	gr := schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}
 	in.request(opRenew, apierrors.NewConflict(gr, "l", errors.New("rv")))
 	in.request(opRenew, fmt.Errorf("renew: %w", context.DeadlineExceeded))

@@ -52,7 +52,7 @@ type instruments struct {
 	calls             base.Counters[request] // requests
 }
 
-func newInstruments(m metric.Meter, namespace, name, identity string) *instruments {
+func newInstruments(m metric.Meter, namespace, name string) *instruments {
 	var reqs []request
 	for _, op := range []string{opGet, opCreate, opAcquire, opRenew, opVacate, opWatch} {
 		for _, o := range base.Outcomes() {
