@@ -220,7 +220,7 @@ func (s *Sharded[O, S, P]) Enqueue(keys ...types.NamespacedName) { s.coord.Enque
 // healthy (a shard whose cache is syncing counts as healthy); ErrNotSynced
 // before.
 func (s *Sharded[O, S, P]) Ready() error {
-	if err := s.coord.Ready(); !errors.Is(err, pipeline.ErrNotRunning) {
+	if err := s.coord.Ready(); !errors.Is(err, shard.ErrNotRunning) {
 		return err
 	}
 	return ErrNotSynced

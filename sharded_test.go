@@ -224,6 +224,9 @@ func TestShardedReplicasSplitTheShards(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if err := s.Ready(); !errors.Is(err, quietpatch.ErrNotSynced) {
+			t.Errorf("Ready before Run = %v, want ErrNotSynced", err)
+		}
 		reps[id] = s
 		stops[id] = runInBackground(t, s)
 	}
