@@ -219,54 +219,6 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 	}
 }
 
-// staticObserver always holds epoch 1.
-type staticObserver struct{}
-
-func (staticObserver) Identity() string { return "me" }
-func (staticObserver) Current() leader.Claim {
-	return leader.Claim{Holder: "me", Expiry: time.Now().Add(time.Hour), Epoch: 1}
-}
-func (staticObserver) Subscribe() (<-chan leader.Claim, func()) { return nil, func() {} }
-
-// A replica whose cache is empty must not lead: Run competes for the Lease
-// only once the Source has synced; Ready says so meanwhile.
-func TestRunWaitsForTheSourceBeforeCompeting(t *testing.T) {
-	kube := fake.NewClientset()
-	src := newItems(2)
-	var patched atomic.Int64
-	c, err := quietpatch.New(src, itemComputer, pipeline.PatcherFunc[string](func(context.Context, string) error {
-		patched.Add(1)
-		return nil
-	}), baseConfig(kube))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := runInBackground(t, c)
-	// The claimer would create the Lease within milliseconds: give it a
-	// good while to show it does not.
-	time.Sleep(100 * time.Millisecond)
-	if h := leaseHolder(t, kube); h != "" {
-		t.Fatalf("the Lease is held by %q before the Source synced", h)
-	}
-	if err := c.Ready(); !errors.Is(err, quietpatch.ErrNotSynced) {
-		t.Errorf("Ready before the sync = %v, want ErrNotSynced", err)
-	}
-	src.synced.Store(true)
-	waitUntil(t, "the Lease acquired", func() bool { return leaseHolder(t, kube) == "me" })
-	waitUntil(t, "both patches", func() bool { return patched.Load() == 2 })
-	waitUntil(t, "Ready", func() bool { return c.Ready() == nil })
-	if err := stop(); err != nil {
-		t.Fatalf("Run = %v", err)
-	}
-	if h := leaseHolder(t, kube); h != "" {
-		t.Errorf("the Lease is held by %q after a clean stop; want it vacated", h)
-	}
-	st := c.Stats()
-	if st.Dispatcher.Patches["ok"] != 2 || st.Reconciler.Objects["changed"] != 2 || st.Capacity != quietpatch.DefaultCapacity {
-		t.Errorf("Stats %+v: want 2 ok patches, 2 changed objects, capacity %d", st, quietpatch.DefaultCapacity)
-	}
-}
-
 func TestRunFailsWhenTheSourceNeverSyncs(t *testing.T) {
 	kube := fake.NewClientset()
 	cfg := baseConfig(kube)

@@ -616,16 +616,6 @@ func (r *recordingPatcher) appliedKeys() []string {
 	return out
 }
 
-// attrKeys returns the sorted keys of attributes.
-func attrKeys(kvs []attribute.KeyValue) []string {
-	out := make([]string, len(kvs))
-	for i, kv := range kvs {
-		out[i] = string(kv.Key)
-	}
-	slices.Sort(out)
-	return out
-}
-
 // newQueue is the pipeline's queue for opts, as quietpatch.New builds it:
 // opts' Capacity (completed) and, with a meter in the test, its Clock.
 func newQueue(opts Options) (*queue.Queue[types.NamespacedName], error) {

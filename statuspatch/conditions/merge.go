@@ -109,7 +109,7 @@ func isOwned(t string, owns func(string) bool, desired []metav1.Condition) bool 
 func merge[E any](current []E, typeOf func(i int) string, desired []metav1.Condition, owns func(string) bool, write func(metav1.Condition) E) []E {
 	out := make([]E, 0, len(current)+len(desired))
 	var buf [8]bool
-	written := buf[:0] // written[k]: desired[k] is in out
+	var written []bool // written[k]: desired[k] is in out
 	if len(desired) <= len(buf) {
 		written = buf[:len(desired)]
 	} else {
