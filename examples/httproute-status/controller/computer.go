@@ -85,11 +85,11 @@ func (c routeComputer) Patch(r routeObject, desired routeStatus) (routePatch, er
 //	?fieldManager=<FieldManager>
 //	{"metadata":{"resourceVersion":"<rv>"},"status":{"parents":[...]}}
 //
-// It is statuspatch.DynamicStatusPatcher's twin over the typed client the
+// It is statuspatch.MergePatcher's twin over the typed client the
 // controller's tests give (whose fake the informers share), with one
 // difference: the typed client cannot send the call's deadline to the API
 // server (the timeout parameter). With fence set it names the writer in
-// the field manager as the fenced DynamicStatusPatcher does.
+// the field manager as the fenced MergePatcher does.
 type statusPatcher struct {
 	client       gatewayv1client.HTTPRoutesGetter
 	fieldManager string
@@ -118,14 +118,10 @@ func (p statusPatcher) Patch(ctx context.Context, mp routePatch) error {
 	return nil
 }
 
-// FieldManagerFor is the field manager of a write by w (see
-// statuspatch.CheckFieldManager).
-func (p statusPatcher) FieldManagerFor(w statuspatch.WriteClaim) (string, error) {
-	if !p.fence {
-		return p.fieldManager, nil
-	}
-	return statuspatch.FencedFieldManager(w)
-}
+// Fenced reports whether p names the writer in the field manager, as
+// statuspatch.MergePatcher.Fenced does: quietpatch.New then rejects a
+// Lease and identity too long for it.
+func (p statusPatcher) Fenced() bool { return p.fence }
 
 // newPatcher returns the pipeline's patcher. Built from the REST
 // configuration, it is statuspatch's own, which tells the API server each
@@ -141,7 +137,7 @@ func newPatcher(opts Options, gw gatewayclient.Interface) (statuspatch.Patcher[r
 	if err != nil {
 		return nil, err
 	}
-	p, err := statuspatch.NewStatusPatcherForConfig(cfg, gatewayv1.SchemeGroupVersion.WithResource("httproutes"), opts.FieldManager)
+	p, err := statuspatch.NewMergePatcher(cfg, gatewayv1.SchemeGroupVersion.WithResource("httproutes"), opts.FieldManager)
 	if err != nil {
 		return nil, fmt.Errorf("controller: %w", err)
 	}

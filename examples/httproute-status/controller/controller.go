@@ -30,7 +30,6 @@ import (
 	"github.com/quietpatch/quietpatch"
 	"github.com/quietpatch/quietpatch/examples/httproute-status/routestatus"
 	"github.com/quietpatch/quietpatch/leader"
-	"github.com/quietpatch/quietpatch/statuspatch"
 	"github.com/quietpatch/quietpatch/statuspatch/conditions"
 	"github.com/quietpatch/quietpatch/statuspatch/source"
 )
@@ -125,19 +124,17 @@ func New(ctx context.Context, opts Options) (*Controller, error) {
 	// the lease; it enqueues the routes' own events, and those the events
 	// of their dependencies affect, found through the indexes.
 	cfg := quietpatch.Config{
-		Options: statuspatch.Options{
-			Name:         Name,
-			Interval:     opts.ReconcileInterval,
-			Capacity:     opts.QueueCapacity,
-			Workers:      opts.Workers,
-			PatchTimeout: opts.PatchTimeout,
-			DiffOptions:  []gocmp.Option{conditions.IgnoreTransitionTime(), conditions.SortByType()},
-			Logger:       opts.Logger,
-			Meter:        c.telemetry.provider.Meter(MeterName),
-		},
-		Leases:      leases,
-		Lease:       opts.leaseConfig(),
-		SyncTimeout: opts.CacheSyncTimeout,
+		Leases:       leases,
+		Lease:        opts.leaseConfig(),
+		Name:         Name,
+		Interval:     opts.ReconcileInterval,
+		Capacity:     opts.QueueCapacity,
+		Workers:      opts.Workers,
+		PatchTimeout: opts.PatchTimeout,
+		SyncTimeout:  opts.CacheSyncTimeout,
+		DiffOptions:  []gocmp.Option{conditions.IgnoreTransitionTime(), conditions.SortByType()},
+		Logger:       opts.Logger,
+		Meter:        c.telemetry.provider.Meter(MeterName),
 	}
 	comp := routeComputer{computer: computer, lookup: lookup, now: time.Now}
 	deps := []quietpatch.Dependency{

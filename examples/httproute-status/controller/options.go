@@ -17,7 +17,6 @@ import (
 	"github.com/quietpatch/quietpatch"
 	"github.com/quietpatch/quietpatch/examples/httproute-status/routestatus"
 	"github.com/quietpatch/quietpatch/leader"
-	"github.com/quietpatch/quietpatch/statuspatch"
 )
 
 // Defaults applied to zero fields of [Options]. The command's flags show the
@@ -30,11 +29,11 @@ const (
 	// DefaultFieldManager is the default Options.FieldManager.
 	DefaultFieldManager = "quietpatch-httproute-status"
 	// DefaultReconcileInterval is the default Options.ReconcileInterval.
-	DefaultReconcileInterval = statuspatch.DefaultInterval
+	DefaultReconcileInterval = quietpatch.DefaultInterval
 	// DefaultPatchTimeout is the default Options.PatchTimeout.
-	DefaultPatchTimeout = statuspatch.DefaultPatchTimeout
+	DefaultPatchTimeout = quietpatch.DefaultPatchTimeout
 	// DefaultQueueCapacity is what a zero Options.QueueCapacity means.
-	DefaultQueueCapacity = statuspatch.DefaultCapacity
+	DefaultQueueCapacity = quietpatch.DefaultCapacity
 	// DefaultKubeQPS is the default Options.KubeQPS: negative, no
 	// client-side rate limit on the status and informer client.
 	DefaultKubeQPS = -1
@@ -47,8 +46,9 @@ const (
 	DefaultCacheSyncTimeout = quietpatch.DefaultSyncTimeout
 	// MaxShards bounds Options.Shards.
 	MaxShards = 256
-	// MaxWorkers bounds Options.Workers (the dispatcher's own limit).
-	MaxWorkers = statuspatch.MaxInFlightLimit
+	// MaxWorkers bounds Options.Workers: the library's own limit of
+	// quietpatch.Config.Workers.
+	MaxWorkers = 1024
 	// MaxQueueCapacity bounds Options.QueueCapacity: far above the routes
 	// of any cluster. (A lane never holds more keys than there are routes:
 	// its memory follows the keys waiting, not the capacity.)
@@ -162,7 +162,7 @@ type Options struct {
 	// QueueCapacity is the number of route keys each lane of the queue
 	// holds (--queue-capacity): a pass that finds more changed routes
 	// halts and the next resumes where it stopped. Zero:
-	// DefaultQueueCapacity (statuspatch.DefaultCapacity). At most
+	// DefaultQueueCapacity (quietpatch.DefaultCapacity). At most
 	// MaxQueueCapacity.
 	QueueCapacity int
 
@@ -180,7 +180,7 @@ type Options struct {
 	Shards int
 	// Workers is the number of status patches in flight at most
 	// (--workers). Zero: automatic, the library adapts the limit to the
-	// API server's latency (statuspatch.Options.Workers). At most
+	// API server's latency (quietpatch.Config.Workers). At most
 	// MaxWorkers.
 	Workers int
 

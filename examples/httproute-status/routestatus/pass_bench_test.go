@@ -19,6 +19,8 @@ import (
 
 	"github.com/quietpatch/quietpatch/examples/httproute-status/fixtures"
 	"github.com/quietpatch/quietpatch/examples/httproute-status/routestatus"
+	"github.com/quietpatch/quietpatch/internal/pipeline"
+	"github.com/quietpatch/quietpatch/internal/queue"
 	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch"
 	"github.com/quietpatch/quietpatch/statuspatch/conditions"
@@ -41,7 +43,7 @@ func passRoutes(b *testing.B) int {
 	return n
 }
 
-// passLeader is a leader.Observer whose claim, epoch 1, stays current for
+// passLeader is a pipeline.Leader whose claim, epoch 1, stays current for
 // an hour: the passes measured never lose leadership.
 type passLeader struct{ claim leader.Claim }
 
@@ -96,9 +98,9 @@ func convergedSet(b *testing.B, n int) (*fixtures.Set, *routestatus.Computer, *r
 // is an in-memory Snapshot and the routes a slice, so the figures are CPU
 // only, no API calls.
 //
-//   - unchanged-typed: statuspatch.Reconciler.ReconcileAll with the
-//     example's computer and the typed routestatus.Equal: compute, compare,
-//     nothing else.
+//   - unchanged-typed: ReconcileAll of the library's reconciler
+//     (internal/pipeline) with the example's computer and the typed
+//     routestatus.Equal: compute, compare, nothing else.
 //   - unchanged-uptodate: the same pass as the example's controller makes
 //     it: Computer.UpToDate first, Compute only for a route whose status is
 //     not up to date (none here), then Equal.
@@ -121,13 +123,10 @@ func BenchmarkRoutePass(b *testing.B) {
 		return computer.Compute(r, lk, now), nil
 	}
 	reconciler := func(b *testing.B, desired func(*gatewayv1.HTTPRoute) (gatewayv1.HTTPRouteStatus, error),
-		equal func(a, b gatewayv1.HTTPRouteStatus) bool) *statuspatch.Reconciler[*gatewayv1.HTTPRoute, gatewayv1.HTTPRouteStatus, statuspatch.MergePatch] {
-		q, err := statuspatch.NewPatchQueue[types.NamespacedName](statuspatch.Options{Capacity: 1000})
-		if err != nil {
-			b.Fatal(err)
-		}
+		equal func(a, b gatewayv1.HTTPRouteStatus) bool) *pipeline.Reconciler[*gatewayv1.HTTPRoute, gatewayv1.HTTPRouteStatus, statuspatch.MergePatch] {
+		q := queue.New[types.NamespacedName](1000, nil)
 		b.Cleanup(q.Close)
-		comp := statuspatch.ComputerFuncs[*gatewayv1.HTTPRoute, gatewayv1.HTTPRouteStatus, statuspatch.MergePatch]{
+		comp := pipeline.ComputerFuncs[*gatewayv1.HTTPRoute, gatewayv1.HTTPRouteStatus, statuspatch.MergePatch]{
 			KeyFunc: func(r *gatewayv1.HTTPRoute) types.NamespacedName {
 				return types.NamespacedName{Namespace: r.Namespace, Name: r.Name}
 			},
@@ -138,7 +137,7 @@ func BenchmarkRoutePass(b *testing.B) {
 				return statuspatch.NewMergePatch(r, desired)
 			},
 		}
-		r, err := statuspatch.NewReconciler(passSource{routes: set.Routes}, comp, q, passLeader{claim: claim}, statuspatch.Options{})
+		r, err := pipeline.NewReconciler(passSource{routes: set.Routes}, comp, q, passLeader{claim: claim}, pipeline.Options{}, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -168,7 +167,7 @@ func BenchmarkRoutePass(b *testing.B) {
 		b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/objects, "B/object")
 	}
 
-	reconcilerPass := func(r *statuspatch.Reconciler[*gatewayv1.HTTPRoute, gatewayv1.HTTPRouteStatus, statuspatch.MergePatch]) func() error {
+	reconcilerPass := func(r *pipeline.Reconciler[*gatewayv1.HTTPRoute, gatewayv1.HTTPRouteStatus, statuspatch.MergePatch]) func() error {
 		return func() error {
 			res, err := r.ReconcileAll(context.Background())
 			if err != nil {
