@@ -11,7 +11,6 @@ import (
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -20,15 +19,20 @@ import (
 	"github.com/quietpatch/quietpatch/statuspatch"
 )
 
+// defaultName is the library's default quietpatch.Config.Name, which Add
+// also gives the probes and the field manager.
+const defaultName = "quietpatch"
+
 // Options configures [Add]. Only Config.Lease.Namespace and
 // Config.Lease.Name are required.
 type Options struct {
 	// Config configures the pipeline; see quietpatch.Config for every
 	// field and its default. Add sets these when they are zero:
 	//
-	//   - Name: statuspatch.DefaultName ("quietpatch"). It labels the instruments and
-	//     names the probes: give each pipeline of a process its own.
-	//   - Leases (unless Observer is set): leader.NewLeaseClient of
+	//   - Name: "quietpatch", the library's default. It labels the
+	//     instruments and names the probes: give each pipeline of a
+	//     process its own.
+	//   - Leases: leader.NewLeaseClient of
 	//     mgr.GetConfig(), a Lease client of its own with no client-side
 	//     rate limiter, so that a renewal never waits in one.
 	//   - Lease.Identity: leader.DefaultIdentity() — $POD_NAME (else the
@@ -53,13 +57,13 @@ type Options struct {
 	FieldManager string
 
 	// Patcher, when set, writes the patches instead of the default:
-	// statuspatch.NewStatusPatcherForConfig over a client of its own,
-	// made from mgr.GetConfig() with the rate limit PatchQPS/PatchBurst (the
+	// statuspatch.NewMergePatcher over a client of its own, made from
+	// mgr.GetConfig() with the rate limit PatchQPS/PatchBurst (the
 	// resource found through mgr.GetRESTMapper()); it leaves a 429's
 	// Retry-After to the dispatcher and sends each call's deadline to the
 	// API server. Pass NewStatusPatcher(mgr, obj, fieldManager) to patch
-	// over the manager's own connections and rate limit, or its WithFence
-	// to name the writer in every write.
+	// under the rate limit of the manager's configuration, or its
+	// WithFence to name the writer in every write.
 	Patcher statuspatch.Patcher[statuspatch.MergePatch]
 
 	// PatchQPS and PatchBurst are the client-side rate limit of the
@@ -83,9 +87,10 @@ type Options struct {
 
 // Add builds a quietpatch status controller for the objects of obj's type
 // in mgr's cache and adds it to mgr; mgr.Start runs it. It returns the
-// Controller: its Stats, Ready and Live report on it, Enqueue takes the
-// keys of events Config.Dependencies does not cover, and Source is the
-// Source over the manager's informer.
+// Controller: its Stats, Ready and Live report on it, and Enqueue takes
+// the keys of events Config.Dependencies does not cover. (NewSource(ctx,
+// mgr.GetCache(), obj) gives a Source over the same informer, for a
+// StatusComputer of another resource that reads these objects.)
 //
 // In one call, Add:
 //
@@ -93,7 +98,7 @@ type Options struct {
 //     ([NewSource]: the cache's own objects, no deep copies, whatever the
 //     cache's namespaces and selectors), on which quietpatch.New registers
 //     the handler that enqueues every change;
-//   - builds the Patcher (Options.Patcher, else statuspatch's REST
+//   - builds the Patcher (Options.Patcher, else statuspatch's merge
 //     patcher over a client of its own — see Options.PatchQPS);
 //   - builds the pipeline with quietpatch.New (claimer of its own Lease,
 //     bounded queue, reconciler, dispatcher), with the defaults listed on
@@ -134,7 +139,7 @@ func Add[O client.Object, S any](ctx context.Context, mgr manager.Manager, obj O
 	}
 	cfg := opts.Config
 	if cfg.Name == "" {
-		cfg.Name = statuspatch.DefaultName
+		cfg.Name = defaultName
 	}
 	if opts.FieldManager == "" {
 		opts.FieldManager = cfg.Name
@@ -150,7 +155,7 @@ func Add[O client.Object, S any](ctx context.Context, mgr manager.Manager, obj O
 			return nil, err
 		}
 	}
-	if cfg.Observer == nil && cfg.Leases == nil {
+	if cfg.Leases == nil {
 		leases, err := leaseClient(mgr)
 		if err != nil {
 			return nil, err
@@ -199,23 +204,19 @@ func Add[O client.Object, S any](ctx context.Context, mgr manager.Manager, obj O
 	return ctrl, nil
 }
 
-// newPatcher builds the default patcher: statuspatch's REST patcher over a
-// client of its own with the rate limit of opts. Unlike a client-go or
+// newPatcher builds the default patcher: statuspatch.NewMergePatcher over
+// a client of its own with the rate limit of opts. Unlike a client-go or
 // controller-runtime client, it does not retry a 429 by itself (sleeping
 // Retry-After in one worker while the others go on): the dispatcher sees
 // the 429 and holds every call back for the window.
 func newPatcher(mgr manager.Manager, obj client.Object, opts Options) (statuspatch.Patcher[statuspatch.MergePatch], error) {
 	rc := rest.CopyConfig(mgr.GetConfig())
 	rc.QPS, rc.Burst = patchLimit(opts.PatchQPS, opts.PatchBurst)
-	gvk, err := apiutil.GVKForObject(obj, mgr.GetScheme())
+	gvr, err := resourceOf(mgr, obj)
 	if err != nil {
-		return nil, fmt.Errorf("controllerruntime: Add: the object's kind: %w", err)
+		return nil, fmt.Errorf("controllerruntime: Add: %w", err)
 	}
-	mapping, err := mgr.GetRESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version)
-	if err != nil {
-		return nil, fmt.Errorf("controllerruntime: Add: the resource of %s: %w", gvk, err)
-	}
-	p, err := statuspatch.NewStatusPatcherForConfig(rc, mapping.Resource, opts.FieldManager)
+	p, err := statuspatch.NewMergePatcher(rc, gvr, opts.FieldManager)
 	if err != nil {
 		return nil, fmt.Errorf("controllerruntime: Add: the patch client: %w", err)
 	}

@@ -140,7 +140,7 @@ func TestAddOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	var calls atomic.Int64
-	own := statuspatch.PatcherFunc[statuspatch.MergePatch](func(_ context.Context, p statuspatch.MergePatch) error {
+	own := patcherFunc(func(_ context.Context, p statuspatch.MergePatch) error {
 		if p.Namespace == "options" {
 			calls.Add(1)
 		}
@@ -151,17 +151,15 @@ func TestAddOptions(t *testing.T) {
 	defer cancel()
 	ctrl, err := qpcr.Add(ctx, mgr, &examplev1.Widget{}, newComputer(t), qpcr.Options{
 		Config: quietpatch.Config{
-			Options: statuspatch.Options{Name: "options", Interval: testInterval},
-			Lease:   leader.Config{Namespace: "quietpatch-system", Name: "options", LeaseDuration: testLeaseDuration},
+			Name:     "options",
+			Interval: testInterval,
+			Lease:    leader.Config{Namespace: "quietpatch-system", Name: "options", LeaseDuration: testLeaseDuration},
 		},
 		Patcher:    own,
 		Registerer: prometheus.NewRegistry(),
 	})
 	if err != nil {
 		t.Fatal(err)
-	}
-	if id := ctrl.Identity(); !strings.HasPrefix(id, "pod-7_") || len(id) != len("pod-7_")+8 {
-		t.Errorf("Identity() = %q, want pod-7_ and 8 hex digits (leader.DefaultIdentity)", id)
 	}
 	if err := ctrl.Ready(); !errors.Is(err, quietpatch.ErrNotSynced) {
 		t.Errorf("Ready() before the manager starts = %v, want ErrNotSynced", err)
@@ -171,6 +169,10 @@ func TestAddOptions(t *testing.T) {
 	poll(t, 30*time.Second, 20*time.Millisecond, "the own Patcher is called", func() (bool, string, error) {
 		return calls.Load() > 0, fmt.Sprintf("Ready: %v; Stats: %+v", ctrl.Ready(), ctrl.Stats().Dispatcher), nil
 	})
+	// The patcher was called under our claim: its holder is the identity.
+	if st := ctrl.Stats(); !strings.HasPrefix(st.Claim.Holder, "pod-7_") || len(st.Claim.Holder) != len("pod-7_")+8 {
+		t.Errorf("the claim's holder = %q (leading: %v), want pod-7_ and 8 hex digits (leader.DefaultIdentity)", st.Claim.Holder, st.Leading)
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("mgr.Start: %v", err)
@@ -183,3 +185,8 @@ func TestAddOptions(t *testing.T) {
 		t.Errorf("the Widget has conditions %v: written by something other than the own Patcher", w.Status.Conditions)
 	}
 }
+
+// patcherFunc is a Patcher of merge patches made of a func.
+type patcherFunc func(context.Context, statuspatch.MergePatch) error
+
+func (f patcherFunc) Patch(ctx context.Context, p statuspatch.MergePatch) error { return f(ctx, p) }

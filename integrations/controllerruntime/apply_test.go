@@ -54,9 +54,10 @@ func startWriter[O client.Object, P any](t *testing.T, ctx context.Context, cfg 
 		t.Fatal(err)
 	}
 	ctrl, err := quietpatch.New(src, comp, patcher, quietpatch.Config{
-		Options: statuspatch.Options{Name: name, Interval: applyInterval},
-		Leases:  leases,
-		Lease:   leader.Config{Namespace: leaseNS, Name: name, LeaseDuration: testLeaseDuration},
+		Name:     name,
+		Interval: applyInterval,
+		Leases:   leases,
+		Lease:    leader.Config{Namespace: leaseNS, Name: name, LeaseDuration: testLeaseDuration},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +103,7 @@ func conditionOf(conds []metav1.Condition, typ string) *metav1.Condition {
 // Lease, cache and field manager, write the conditions of the same
 // Widgets — one Ready (size <= 100), the other Even (size a multiple of
 // 20) — by server-side apply (conditions.Applier, statuspatch's
-// ApplyStatusPatcher) on the real API server. The Widget CRD's conditions
+// ApplyPatcher) on the real API server. The Widget CRD's conditions
 // are listType=map keyed by type. Each writer keeps its own condition and
 // never the other's, no call fails (no 409: nothing to retry), and once
 // converged nothing is written over several intervals — no resourceVersion
@@ -158,7 +159,7 @@ func TestApplyTwoWritersOwnTheirConditions(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		patcher, err := statuspatch.NewApplyStatusPatcherForConfig(cfg, gvr, "Widget", "example.com/"+strings.ToLower(w.typ))
+		patcher, err := statuspatch.NewApplyPatcher(cfg, gvr, "Widget", "example.com/"+strings.ToLower(w.typ))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -307,7 +308,7 @@ func mergeContrast(t *testing.T, ctx context.Context, cfg *rest.Config, admin cl
 		if err != nil {
 			t.Fatal(err)
 		}
-		patcher, err := statuspatch.NewStatusPatcherForConfig(cfg, gvr, "example.com/merge-"+strings.ToLower(typ))
+		patcher, err := statuspatch.NewMergePatcher(cfg, gvr, "example.com/merge-"+strings.ToLower(typ))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -366,7 +367,7 @@ func atomicControl(t *testing.T, ctx context.Context, cfg *rest.Config, admin cl
 		if err != nil {
 			t.Fatal(err)
 		}
-		patcher, err := statuspatch.NewApplyStatusPatcherForConfig(cfg, gvr, gvk.Kind, "example.com/"+strings.ToLower(typ))
+		patcher, err := statuspatch.NewApplyPatcher(cfg, gvr, gvk.Kind, "example.com/"+strings.ToLower(typ))
 		if err != nil {
 			t.Fatal(err)
 		}

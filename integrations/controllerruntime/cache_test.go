@@ -29,7 +29,6 @@ import (
 	qpcr "github.com/quietpatch/quietpatch/integrations/controllerruntime"
 	examplev1 "github.com/quietpatch/quietpatch/integrations/controllerruntime/examples/widget/api/v1"
 	"github.com/quietpatch/quietpatch/leader"
-	"github.com/quietpatch/quietpatch/statuspatch"
 	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
@@ -230,11 +229,18 @@ func testCache(t *testing.T, cfg *rest.Config, admin client.Client, name string,
 		Config: quietpatch.Config{
 			// An hour: one pass, on gaining the Lease; what follows comes
 			// from events.
-			Options: statuspatch.Options{Name: name, Interval: time.Hour},
-			Lease:   leader.Config{Namespace: "quietpatch-system", Name: name, LeaseDuration: testLeaseDuration},
+			Name:     name,
+			Interval: time.Hour,
+			Lease:    leader.Config{Namespace: "quietpatch-system", Name: name, LeaseDuration: testLeaseDuration},
 		},
 		Registerer: prometheus.NewRegistry(),
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A Source over the manager's informer of Widgets, as the one Add
+	// built for the pipeline (NewSource over the same cache).
+	src, err := qpcr.NewSource(ctx, mgr.GetCache(), &examplev1.Widget{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +292,7 @@ func testCache(t *testing.T, cfg *rest.Config, admin client.Client, name string,
 					return false, fmt.Sprintf("%s: status %+v", k, w.Status), nil
 				}
 			}
-			objs, err := ctrl.Source().List()
+			objs, err := src.List()
 			for _, o := range objs {
 				if needsPatch(o) {
 					return false, fmt.Sprintf("the Source's %s/%s has status %+v", o.Namespace, o.Name, o.Status), err
@@ -300,7 +306,6 @@ func testCache(t *testing.T, cfg *rest.Config, admin client.Client, name string,
 	patches(needed)
 
 	t.Run("Source", func(t *testing.T) {
-		src := ctrl.Source()
 		objs, err := src.List()
 		if err != nil {
 			t.Fatal(err)

@@ -21,7 +21,6 @@ import (
 	qpcr "github.com/quietpatch/quietpatch/integrations/controllerruntime"
 	examplev1 "github.com/quietpatch/quietpatch/integrations/controllerruntime/examples/widget/api/v1"
 	"github.com/quietpatch/quietpatch/leader"
-	"github.com/quietpatch/quietpatch/statuspatch"
 	"github.com/quietpatch/quietpatch/statuspatch/conditions"
 )
 
@@ -106,7 +105,8 @@ func TestManagerDependency(t *testing.T) {
 	}
 	ctrl, err := qpcr.Add(ctx, mgr, &examplev1.Widget{}, computer, qpcr.Options{
 		Config: quietpatch.Config{
-			Options:      statuspatch.Options{Name: "widgets-deps", Interval: time.Hour},
+			Name:         "widgets-deps",
+			Interval:     time.Hour,
 			Lease:        leader.Config{Namespace: leaseNS, Name: "widget-status-deps", LeaseDuration: testLeaseDuration},
 			Dependencies: []quietpatch.Dependency{{Informer: configMaps, Keys: widgetsOf}},
 		},

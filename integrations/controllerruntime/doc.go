@@ -13,8 +13,8 @@
 //		}
 //		if _, err := controllerruntime.Add(ctx, mgr, &v1.Widget{}, computer, controllerruntime.Options{
 //			Config: quietpatch.Config{
-//				Options: statuspatch.Options{Name: "widgets"},
-//				Lease:   leader.Config{Namespace: "widget-system", Name: "widget-status"},
+//				Name:  "widgets",
+//				Lease: leader.Config{Namespace: "widget-system", Name: "widget-status"},
 //			},
 //		}); err != nil {
 //			return err
@@ -138,7 +138,7 @@
 //		}
 //		_, err = controllerruntime.Add(ctx, mgr, &v1.Widget{}, computer, controllerruntime.Options{
 //			Config: quietpatch.Config{
-//				Options:      statuspatch.Options{Name: "widgets"},
+//				Name:         "widgets",
 //				Lease:        leader.Config{Namespace: "widget-system", Name: "widget-status"},
 //				Dependencies: []quietpatch.Dependency{{Informer: policy}}, // Keys nil: every Widget
 //			},
@@ -169,16 +169,16 @@
 //
 // [Add] therefore patches through a client of its own, made from the
 // manager's rest.Config without a client-side limit (Options.PatchQPS
-// sets one), sharing the manager's HTTP client, scheme and REST mapper:
-// the pipeline bounds its own calls in flight (Config.Workers, adaptive
-// by default), and the
-// API server's priority and fairness protects it. The Lease has a client of
+// sets one), with connections of its own (the manager's scheme and REST
+// mapper find the resource): the pipeline bounds its own calls in flight
+// (Config.Workers, adaptive by default), and the API server's priority
+// and fairness protects it. The Lease has a client of
 // its own too, leader.NewLeaseClient's, without a limiter: in one, Lease
 // requests wait behind each other, and a late renewal loses the claim.
 // Every patch of either patcher carries its deadline to the API server
 // (the timeout parameter), which controller-runtime's client cannot send:
-// [NewStatusPatcher] builds on a REST client of the manager's
-// configuration, not on mgr.GetClient().
+// [NewStatusPatcher] is statuspatch.NewMergePatcher over the manager's
+// configuration, not built on mgr.GetClient().
 //
 // # Probes and metrics
 //
@@ -240,10 +240,11 @@
 //			return err
 //		}
 //		sharded, err := quietpatch.NewSharded(lw, computer, patcher, quietpatch.Config{
-//			Options: statuspatch.Options{Name: "widgets", Meter: mp.Meter(controllerruntime.MeterName)},
-//			Leases:  leases,
-//			Lease:   leader.Config{Namespace: "widget-system", Name: "widget-status"},
-//			Shards:  8,
+//			Name:   "widgets",
+//			Meter:  mp.Meter(controllerruntime.MeterName),
+//			Leases: leases,
+//			Lease:  leader.Config{Namespace: "widget-system", Name: "widget-status"},
+//			Shards: 8,
 //		})
 //		if err != nil {
 //			return err
@@ -262,8 +263,8 @@
 //
 //	func (everyReplica) NeedLeaderElection() bool { return false }
 //
-// The patcher here writes through c, the client the ListWatch uses, made
-// from mgr.GetConfig(): ctrl.GetConfig sets no client-side rate limit (see
+// The patcher here, like c, the client the ListWatch uses, is made from
+// mgr.GetConfig(): ctrl.GetConfig sets no client-side rate limit (see
 // Clients). Dependencies may be informers of the manager's cache, as with
 // Add: each replica keeps them whole, shared by its shards.
 //

@@ -75,8 +75,9 @@ func TestManager(t *testing.T) {
 	defer cancel()
 	ctrl, err := qpcr.Add(ctx, mgr, &examplev1.Widget{}, computer, qpcr.Options{
 		Config: quietpatch.Config{
-			Options: statuspatch.Options{Name: "widgets", Interval: testInterval},
-			Lease:   leader.Config{Namespace: leaseNS, Name: leaseName, LeaseDuration: testLeaseDuration},
+			Name:     "widgets",
+			Interval: testInterval,
+			Lease:    leader.Config{Namespace: leaseNS, Name: leaseName, LeaseDuration: testLeaseDuration},
 		},
 		FieldManager: "example.com/widget-status",
 	})

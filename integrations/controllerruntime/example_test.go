@@ -14,7 +14,6 @@ import (
 	qpcr "github.com/quietpatch/quietpatch/integrations/controllerruntime"
 	examplev1 "github.com/quietpatch/quietpatch/integrations/controllerruntime/examples/widget/api/v1"
 	"github.com/quietpatch/quietpatch/leader"
-	"github.com/quietpatch/quietpatch/statuspatch"
 	"github.com/quietpatch/quietpatch/statuspatch/conditions"
 )
 
@@ -49,8 +48,8 @@ func ExampleAdd() {
 	ctx := ctrl.SetupSignalHandler()
 	if _, err := qpcr.Add(ctx, mgr, &examplev1.Widget{}, computer, qpcr.Options{
 		Config: quietpatch.Config{
-			Options: statuspatch.Options{Name: "widgets"},
-			Lease:   leader.Config{Namespace: "widget-system", Name: "widget-status"},
+			Name:  "widgets",
+			Lease: leader.Config{Namespace: "widget-system", Name: "widget-status"},
 		},
 		FieldManager: "example.com/widget-status",
 	}); err != nil {

@@ -16,25 +16,37 @@ import (
 	"github.com/quietpatch/quietpatch/statuspatch"
 )
 
-// queryRecorder records the timeout parameter of every PATCH it carries.
-type queryRecorder struct {
-	next     http.RoundTripper
+// serverTimeoutMargin is how much earlier than the call's own deadline
+// the API server is told to give a call up, at most
+// (statuspatch.ServerTimeout: a tenth, at most 100 ms).
+const serverTimeoutMargin = 100 * time.Millisecond
+
+// timeoutLog holds the timeout parameter of every PATCH a queryRecorder
+// carried.
+type timeoutLog struct {
 	mu       sync.Mutex
 	timeouts []string
 }
 
+// queryRecorder records the timeout parameter of every PATCH it carries.
+type queryRecorder struct {
+	next http.RoundTripper
+	log  *timeoutLog
+}
+
 func (r *queryRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Method == http.MethodPatch {
-		r.mu.Lock()
-		r.timeouts = append(r.timeouts, req.URL.Query().Get("timeout"))
-		r.mu.Unlock()
+		r.log.mu.Lock()
+		r.log.timeouts = append(r.log.timeouts, req.URL.Query().Get("timeout"))
+		r.log.mu.Unlock()
 	}
 	return r.next.RoundTrip(req)
 }
 
 // The patcher sends each call's deadline to the API server (the timeout
-// parameter, a little before the call's own), over the cluster's HTTP
-// client — which controller-runtime's client.Client could not.
+// parameter, a little before the call's own), over a client of its own
+// made from the cluster's configuration — which controller-runtime's
+// client.Client could not.
 func TestStatusPatcherSendsTheDeadline(t *testing.T) {
 	_, cfg := testEnv(t)
 	admin := adminClient(t, cfg)
@@ -44,13 +56,10 @@ func TestStatusPatcherSendsTheDeadline(t *testing.T) {
 	if err := admin.Create(ctx, w); err != nil {
 		t.Fatal(err)
 	}
-	hc, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := &queryRecorder{next: hc.Transport}
-	hc.Transport = rec
-	cl, err := cluster.New(cfg, func(o *cluster.Options) { o.Scheme, o.HTTPClient = testScheme(), hc })
+	// Every transport made from the cluster's configuration records.
+	rec, recorded := &timeoutLog{}, rest.CopyConfig(cfg)
+	recorded.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &queryRecorder{next: rt, log: rec} })
+	cl, err := cluster.New(recorded, func(o *cluster.Options) { o.Scheme = testScheme() })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +83,7 @@ func TestStatusPatcherSendsTheDeadline(t *testing.T) {
 		t.Fatalf("%d PATCH requests, want 1", len(rec.timeouts))
 	}
 	d, err := time.ParseDuration(rec.timeouts[0])
-	if err != nil || d <= 0 || d > timeout-statuspatch.ServerTimeoutMargin {
-		t.Errorf("timeout parameter %q (%v), want in (0, %v]", rec.timeouts[0], err, timeout-statuspatch.ServerTimeoutMargin)
+	if err != nil || d <= 0 || d > timeout-serverTimeoutMargin {
+		t.Errorf("timeout parameter %q (%v), want in (0, %v]", rec.timeouts[0], err, timeout-serverTimeoutMargin)
 	}
 }

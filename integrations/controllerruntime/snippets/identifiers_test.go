@@ -25,7 +25,7 @@ var ownPackages = map[string]string{
 	"source":            "statuspatch/source",
 	"statuspatchtest":   "statuspatch/statuspatchtest",
 	"outcome":           "statuspatch/outcome",
-	"shard":             "statuspatch/shard",
+	"shard":             "internal/shard",
 	"controllerruntime": "integrations/controllerruntime",
 	"otelprom":          "integrations/otelprom",
 }

@@ -36,7 +36,6 @@ import (
 	examplev1 "github.com/quietpatch/quietpatch/integrations/controllerruntime/examples/widget/api/v1"
 	"github.com/quietpatch/quietpatch/integrations/controllerruntime/examples/widget/readiness"
 	"github.com/quietpatch/quietpatch/leader"
-	"github.com/quietpatch/quietpatch/statuspatch"
 	"github.com/quietpatch/quietpatch/statuspatch/conditions"
 )
 
@@ -62,8 +61,8 @@ func main() {
 	flag.StringVar(&cfg.Lease.Namespace, "lease-namespace", "widget-system", "namespace of quietpatch's Lease")
 	flag.StringVar(&cfg.Lease.Name, "lease-name", "widget-status", "name of quietpatch's Lease (not the manager's leader election ID)")
 	flag.DurationVar(&leaseDuration, "lease-duration", leader.DefaultLeaseDuration, "quietpatch's LeaseDuration: a crashed leader's successor writes after about this long; whole seconds")
-	flag.DurationVar(&cfg.Interval, "interval", statuspatch.DefaultInterval, "interval between full reconcile passes")
-	flag.IntVar(&cfg.Workers, "workers", 0, "status patches in flight at most; 0: adaptive, the library's default (statuspatch.Options.Workers)")
+	flag.DurationVar(&cfg.Interval, "interval", quietpatch.DefaultInterval, "interval between full reconcile passes")
+	flag.IntVar(&cfg.Workers, "workers", 0, "status patches in flight at most; 0: adaptive, the library's default (quietpatch.Config.Workers)")
 	flag.DurationVar(&gracefulShutdown, "graceful-shutdown-timeout", 30*time.Second, "how long the manager waits for quietpatch to stop; keep it above PatchTimeout + Lease CallTimeout (10s by default)")
 	flag.StringVar(&policy.Namespace, "policy-namespace", "widget-system", "namespace of the policy ConfigMap (the RBAC of config/rbac names widget-system)")
 	flag.StringVar(&policy.Name, "policy-name", "widget-policy", "name of the policy ConfigMap; data."+readiness.PolicyMaxSize+" is the largest size of a Ready Widget (default "+fmt.Sprint(readiness.MaxSize)+")")
