@@ -3,16 +3,20 @@ package otelprom_test
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/quietpatch/quietpatch"
 	"github.com/quietpatch/quietpatch/integrations/otelprom"
-	"github.com/quietpatch/quietpatch/statuspatch"
+	"github.com/quietpatch/quietpatch/leader"
 )
 
-// A registry of one's own gathers the pipeline's instruments; serve it
-// with promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).
+// A registry of one's own gathers the pipeline's instruments while its Run
+// runs; serve it with promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).
+// The pipeline here has no objects, and its Lease client is client-go's
+// fake.
 func ExampleNewMeterProvider() {
 	reg := prometheus.NewRegistry()
 	provider, err := otelprom.NewMeterProvider(reg)
@@ -21,14 +25,31 @@ func ExampleNewMeterProvider() {
 		return
 	}
 	defer func() { _ = provider.Shutdown(context.Background()) }()
-	// quietpatch.Config{Options: statuspatch.Options{Meter: ...}} does the
-	// same for a whole pipeline.
-	_, _ = statuspatch.NewPatchQueue[types.NamespacedName](statuspatch.Options{Name: "widgets", Meter: provider.Meter(otelprom.MeterName)})
+	ctrl, err := quietpatch.New(configMaps(), readyComputer{}, patcherFunc(nil), quietpatch.Config{
+		Name:   "widgets",
+		Leases: fake.NewClientset().CoordinationV1(),
+		Lease:  leader.Config{Namespace: "demo", Name: "widgets"},
+		Meter:  provider.Meter(otelprom.MeterName),
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ctrl.Run(ctx) }()
+	for deadline := time.Now().Add(10 * time.Second); ctrl.Ready() != nil && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond) // Run registers the instruments, then starts the parts
+	}
 	families, _ := reg.Gather()
 	for _, f := range families {
 		if f.GetName() == "quietpatch_queue_capacity" {
 			fmt.Println(f.GetName(), f.GetMetric()[0].GetGauge().GetValue())
 		}
 	}
-	// Output: quietpatch_queue_capacity 50000
+	cancel()
+	fmt.Println("Run:", <-done)
+	// Output:
+	// quietpatch_queue_capacity 50000
+	// Run: <nil>
 }
