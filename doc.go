@@ -141,7 +141,8 @@
 // against lateness, not forgery: any client may name any writer.
 //
 // Giving the Lease up. When this replica gives it up on purpose (Run's
-// context cancelled, or leader.Claimer.Relinquish), no new call starts and
+// context cancelled; a shard given up by NewSharded's rebalance), no new
+// call starts and
 // the calls in flight are not cancelled: they run until the API server
 // answers. The Lease is vacated only if every call made under the claim
 // got an answer that settles it (success or a 4xx refusal, fenced

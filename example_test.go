@@ -54,7 +54,7 @@ type WidgetStatus struct {
 // patcher is statuspatchtest's (package statuspatch/statuspatchtest): it
 // writes into the fake dynamic client and answers as the API server does,
 // new resourceVersion and 409 included. A controller passes real clients,
-// and builds the patcher with statuspatch.NewStatusPatcherForConfig.
+// and builds the patcher with statuspatch.NewMergePatcher.
 func Example() {
 	gvr := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
 	widget := func(name string, size int64) *unstructured.Unstructured {

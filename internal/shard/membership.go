@@ -102,8 +102,8 @@ func (g *group) view() View {
 }
 
 // seen says when the group first saw the Lease name at resourceVersion
-// rv, if it did and that is still its latest list: leader.Config.Seen of
-// the shards' claimers.
+// rv, if it did and that is still its latest list: what the shards'
+// claimers learn through leases.Checked.
 func (g *group) seen(name, rv string) (time.Time, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
