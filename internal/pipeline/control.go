@@ -10,18 +10,24 @@ import (
 
 // Parameters of the adaptive in-flight limit; see [control.next].
 const (
-	// limitAlpha and limitBeta bound the calls the latency says wait at
-	// the server, limit × (1 − best/estimate): below alpha the limit grows,
-	// above beta it shrinks.
-	limitAlpha = 3.0
-	limitBeta  = 6.0
-	// limitRatioLow and limitRatioHigh bound the latency estimate against
-	// the best: below Low the latency holds whatever the calls in flight
-	// (a long round trip adds no queueing), and the limit shrinks only
-	// above High. Without them a long round trip, plus the CPU a busy
-	// client itself adds, would read as calls queued at the server.
-	limitRatioLow  = 1.5
-	limitRatioHigh = 2.0
+	// limitAlpha and limitBeta bound the calls of ours the latency says
+	// wait at the server, n × (1 − best/estimate) with n calls in flight
+	// (Little's law: n calls take the estimate each, of which best is
+	// service): below alpha the limit grows, above beta it shrinks. At
+	// most about one call of ours waits: the knee, where one more call in
+	// flight buys little rate and makes every other client of the server
+	// wait behind it.
+	limitAlpha = 0.5
+	limitBeta  = 1.0
+	// limitRatioLow and limitRatioHigh are the latency estimate's bounds
+	// against the best within which a call waiting counts as noise: below
+	// Low the latency holds whatever the calls in flight and the limit
+	// grows; it shrinks only above High. On a long round trip one call
+	// waiting adds a sliver of latency (n calls share it), which a GC pause
+	// or the client's own CPU matches; there, a tenth of added latency is
+	// what the limit allows.
+	limitRatioLow  = 1.1
+	limitRatioHigh = 1.25
 	// limitDecrease is the factor of a decrease on rising latency;
 	// limitBackoff the factor on a throttled or timed-out call.
 	limitDecrease = 0.9
@@ -91,7 +97,7 @@ func (c control) round() time.Duration {
 // mean of the window is the best latency (a mean against a mean: the
 // fastest single call would make every round look queued), and an adaptive
 // limit moves. The latency holds when the calls it says wait at the server,
-// limit × (1 − best/estimate), are fewer than limitAlpha, or the estimate is
+// size × (1 − best/estimate), are fewer than limitAlpha, or the estimate is
 // below limitRatioLow × the best: then the limit grows (doubling in slow
 // start, then +1 per round) if it was in use during the round. It rises
 // when more than limitBeta calls wait and the estimate is above
@@ -148,7 +154,7 @@ func (c control) next(s sample) control {
 	if best <= 0 || est <= 0 {
 		return c
 	}
-	queued := c.limit * (1 - best/est) // calls the latency says wait at the server
+	queued := float64(c.size()) * (1 - best/est) // calls the latency says wait at the server
 	ratio := est / best
 	switch {
 	case queued > limitBeta && ratio > limitRatioHigh:
