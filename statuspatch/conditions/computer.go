@@ -284,19 +284,12 @@ func (c *Computer[O]) Equal(a, b Status) bool {
 	if a.ObservedGeneration != b.ObservedGeneration && !a.noGen && !b.noGen {
 		return false
 	}
-	switch {
-	case b.desired && !a.desired:
-		if !c.equalOwned(a.Conditions, b.Conditions) {
-			return false
-		}
-	case a.desired && !b.desired:
-		if !c.equalOwned(b.Conditions, a.Conditions) {
-			return false
-		}
-	default:
-		if !Equal(a.Conditions, b.Conditions) {
-			return false
-		}
+	cur, des := a.Conditions, b.Conditions
+	if a.desired {
+		cur, des = des, cur
+	}
+	if a.desired == b.desired && !Equal(cur, des) || a.desired != b.desired && !c.equalOwned(cur, des) {
+		return false
 	}
 	if len(b.Fields) == 0 && len(a.Fields) == 0 {
 		return true
