@@ -267,12 +267,9 @@ func (d *Dispatcher[O, S, P]) Quiesce(ctx context.Context, epoch int64) bool {
 
 // Stats returns the dispatcher's counters.
 func (d *Dispatcher[O, S, P]) Stats() DispatcherStats {
-	now := d.opts.Clock.Now()
-	f := d.flight.stateAt(now)
-	return DispatcherStats{Patches: d.patches.Snapshot(), Dropped: d.dropped.Snapshot(), Echoes: f.echoed,
-		InFlight: f.inFlight, Unanswered: f.unanswered, Limit: f.ctl.size(),
-		Latency: time.Duration(f.ctl.latencyAt(now) * float64(time.Second)), DrainRate: f.ctl.drainRateAt(now),
-		Backoff: f.window, RetryAfters: f.opened}
+	s, _ := d.flight.statsAt(d.opts.Clock.Now())
+	s.Patches, s.Dropped = d.patches.Snapshot(), d.dropped.Snapshot()
+	return s
 }
 
 // Healthy returns nil while Run serves the queue; an error wrapping
@@ -283,8 +280,8 @@ func (d *Dispatcher[O, S, P]) Healthy() error {
 		return err
 	}
 	now := d.opts.Clock.Now()
-	if f := d.flight.stateAt(now); !f.oldest.IsZero() {
-		if stuck := now.Sub(f.oldest); stuck > 2*d.opts.PatchTimeout {
+	if _, oldest := d.flight.statsAt(now); !oldest.IsZero() {
+		if stuck := now.Sub(oldest); stuck > 2*d.opts.PatchTimeout {
 			return fmt.Errorf("statuspatch: a patch call has been stuck for %s (PatchTimeout %s): the Patcher does not return when its context ends",
 				stuck, d.opts.PatchTimeout)
 		}

@@ -273,27 +273,21 @@ func (f *flight) estimate() float64 {
 	return f.ctl.estimate
 }
 
-// flightState is what Stats and Healthy report of a flight.
-type flightState struct {
-	inFlight   int
-	oldest     time.Time // when the oldest call in flight began; zero without any
-	window     time.Duration
-	opened     int64
-	echoed     int64
-	unanswered int64
-	ctl        control
-}
-
-func (f *flight) stateAt(now time.Time) flightState {
+// statsAt returns the flight's part of the dispatcher's stats at now
+// (all but Patches and Dropped), and when the oldest call in flight began
+// (zero without any).
+func (f *flight) statsAt(now time.Time) (s DispatcherStats, oldest time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	s := flightState{inFlight: len(f.calls), window: max(f.until.Sub(now), 0), opened: f.opened, echoed: f.echoed, unanswered: f.unanswered, ctl: f.ctl}
+	s = DispatcherStats{Echoes: f.echoed, InFlight: len(f.calls), Unanswered: f.unanswered, Limit: f.ctl.size(),
+		Latency: time.Duration(f.ctl.latencyAt(now) * float64(time.Second)), DrainRate: f.ctl.drainRateAt(now),
+		Backoff: max(f.until.Sub(now), 0), RetryAfters: f.opened}
 	for c := range f.calls {
-		if s.oldest.IsZero() || c.began.Before(s.oldest) {
-			s.oldest = c.began
+		if oldest.IsZero() || c.began.Before(oldest) {
+			oldest = c.began
 		}
 	}
-	return s
+	return s, oldest
 }
 
 // retryAfter returns the delay a throttled call's answer asks for: a 429

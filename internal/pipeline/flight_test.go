@@ -161,12 +161,12 @@ func TestFlightEpochs(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.begin(types.NamespacedName{Name: "b"}, 1, limT0.Add(time.Second), false)
-		if s := f.stateAt(limT0); s.inFlight != 2 || !s.oldest.Equal(limT0) {
-			t.Errorf("state: %d in flight, oldest %v; want 2, %v", s.inFlight, s.oldest, limT0)
+		if s, oldest := f.statsAt(limT0); s.InFlight != 2 || !oldest.Equal(limT0) {
+			t.Errorf("state: %d in flight, oldest %v; want 2, %v", s.InFlight, oldest, limT0)
 		}
 		finish(f, c1, true)
-		if s := f.stateAt(limT0); s.inFlight != 1 || !s.oldest.Equal(limT0.Add(time.Second)) {
-			t.Errorf("state after an end: %d in flight, oldest %v", s.inFlight, s.oldest)
+		if s, oldest := f.statsAt(limT0); s.InFlight != 1 || !oldest.Equal(limT0.Add(time.Second)) {
+			t.Errorf("state after an end: %d in flight, oldest %v", s.InFlight, oldest)
 		}
 	})
 }
@@ -284,13 +284,13 @@ func TestFlightWindow(t *testing.T) {
 		after time.Duration
 		left  time.Duration
 	}{{0, 2 * time.Second}, {500 * time.Millisecond, 1500 * time.Millisecond}, {1999 * time.Millisecond, time.Millisecond}, {2 * time.Second, 0}, {time.Hour, 0}} {
-		if s := f.stateAt(limT0.Add(tc.after)); s.window != tc.left || s.opened != 1 {
-			t.Errorf("at +%v: %v left, %d windows; want %v, 1", tc.after, s.window, s.opened, tc.left)
+		if s, _ := f.statsAt(limT0.Add(tc.after)); s.Backoff != tc.left || s.RetryAfters != 1 {
+			t.Errorf("at +%v: %v left, %d windows; want %v, 1", tc.after, s.Backoff, s.RetryAfters, tc.left)
 		}
 	}
 	openWindow(f, limT0.Add(time.Second), apierrors.NewTooManyRequests("slow down", 3)) // ends later
-	if s := f.stateAt(limT0.Add(time.Second)); s.window != 3*time.Second || s.opened != 2 {
-		t.Errorf("after a longer window: %v left, %d windows; want 3s, 2", s.window, s.opened)
+	if s, _ := f.statsAt(limT0.Add(time.Second)); s.Backoff != 3*time.Second || s.RetryAfters != 2 {
+		t.Errorf("after a longer window: %v left, %d windows; want 3s, 2", s.Backoff, s.RetryAfters)
 	}
 }
 
