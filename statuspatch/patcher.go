@@ -148,9 +148,7 @@ func (p MergePatch) Body() ([]byte, error) {
 		return nil, fmt.Errorf("%w: MergePatch.Status of %s is not a JSON object", ErrInvalidPatch, p.key())
 	}
 	var body struct {
-		Metadata struct {
-			ResourceVersion string `json:"resourceVersion"`
-		} `json:"metadata"`
+		objectVersion
 		Status json.RawMessage `json:"status"`
 	}
 	body.Metadata.ResourceVersion = p.ResourceVersion
@@ -295,14 +293,17 @@ func (d *MergePatcher) PatchVersion(ctx context.Context, p MergePatch) (string, 
 	return "", nil // a server that does not version its writes (client-go's fakes): no echo can be told
 }
 
+// objectVersion is the resourceVersion in an object's JSON.
+type objectVersion struct {
+	Metadata struct {
+		ResourceVersion string `json:"resourceVersion"`
+	} `json:"metadata"`
+}
+
 // resourceVersionOf returns the resourceVersion of the object whose JSON is
 // raw, "" if there is none.
 func resourceVersionOf(raw []byte) string {
-	var obj struct {
-		Metadata struct {
-			ResourceVersion string `json:"resourceVersion"`
-		} `json:"metadata"`
-	}
+	var obj objectVersion
 	if json.Unmarshal(raw, &obj) != nil {
 		return ""
 	}

@@ -2,6 +2,7 @@ package conditions
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -143,12 +144,9 @@ func New[O metav1.Object](cfg Config[O]) (*Computer[O], error) {
 				Reason: fmt.Sprintf("must hold valid condition types, got %q at index %d", t, i)}
 		}
 	}
-	c := &Computer[O]{cfg: cfg, owned: slices.Clone(cfg.OwnedTypes), clk: cfg.Clock}
+	c := &Computer[O]{cfg: cfg, owned: slices.Clone(cfg.OwnedTypes), clk: cmp.Or[clock.PassiveClock](cfg.Clock, clock.RealClock{})}
 	if c.owned != nil {
 		c.owns = func(t string) bool { return slices.Contains(c.owned, t) }
-	}
-	if c.clk == nil {
-		c.clk = clock.RealClock{}
 	}
 	var zero O
 	if _, ok := any(zero).(*unstructured.Unstructured); ok {
