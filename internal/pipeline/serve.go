@@ -159,8 +159,8 @@ func (d *Dispatcher[O, S, P]) call(key types.NamespacedName, c *call, payload P,
 		// again after this serve (it is held until Done).
 		_ = d.queue.Add(key, queue.LaneFresh) // full: the next pass finds it
 	}
+	d.metrics.recordCall(o, elapsed) // before the counter: who sees the count sees the duration
 	d.patches.Add(o)
-	d.metrics.recordCall(o, elapsed)
 	if err == nil {
 		return
 	}

@@ -144,7 +144,10 @@ func New[O metav1.Object](cfg Config[O]) (*Computer[O], error) {
 				Reason: fmt.Sprintf("must hold valid condition types, got %q at index %d", t, i)}
 		}
 	}
-	c := &Computer[O]{cfg: cfg, owned: slices.Clone(cfg.OwnedTypes), clk: cmp.Or[clock.PassiveClock](cfg.Clock, clock.RealClock{})}
+	c := &Computer[O]{cfg: cfg, clk: cmp.Or[clock.PassiveClock](cfg.Clock, clock.RealClock{})}
+	if len(cfg.OwnedTypes) > 0 { // empty: the types Conditions returns, as nil
+		c.owned = slices.Clone(cfg.OwnedTypes)
+	}
 	if c.owned != nil {
 		c.owns = func(t string) bool { return slices.Contains(c.owned, t) }
 	}
