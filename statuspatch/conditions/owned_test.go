@@ -353,7 +353,9 @@ func TestComputerOwnedTypesRejectsOtherTypes(t *testing.T) {
 // An empty OwnedTypes is no list: the types Conditions returns are owned.
 func TestComputerEmptyOwnedTypesIsNone(t *testing.T) {
 	c, err := conditions.New(conditions.Config[*gadget]{
-		Conditions: func(*gadget) ([]metav1.Condition, error) { return []metav1.Condition{ready(metav1.ConditionTrue, "Fine")}, nil },
+		Conditions: func(*gadget) ([]metav1.Condition, error) {
+			return []metav1.Condition{ready(metav1.ConditionTrue, "Fine")}, nil
+		},
 		OwnedTypes: []string{},
 	})
 	if err != nil {
