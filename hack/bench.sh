@@ -28,7 +28,7 @@ out=.cache/bench.txt
 count="${COUNT:-5}"
 if [[ "${MICRO:-1}" != 0 ]]; then
   echo "==> library micro-benchmarks (-count $count)"
-  go test -run '^$' -bench 'Queue|Gauge|Reconcile|InstrumentsPerPatch|Equal' -benchmem -count "$count" ./... | tee -a "$out"
+  go test -run '^$' -bench 'Queue|Gauge|Pass|Serve|InstrumentsPerCall|Equal' -benchmem -count "$count" ./... | tee -a "$out"
   if [[ -f examples/go.mod ]]; then
     echo "==> example benchmarks"
     (cd examples && go test -run '^$' -bench . -benchmem -count "$count" ./...) | tee -a "$out"

@@ -105,10 +105,8 @@ func (p ApplyPatch) Body(gvk schema.GroupVersionKind) ([]byte, error) {
 // An apply has no precondition: such a late write lands, and the object's
 // next event has the current leader recompute and re-apply.
 type ApplyPatcher struct {
-	rest         rest.Interface
-	gvr          schema.GroupVersionResource
-	gvk          schema.GroupVersionKind
-	fieldManager string
+	statusClient
+	gvk schema.GroupVersionKind
 }
 
 // NewApplyPatcher returns a patcher that applies the status of resource
@@ -124,11 +122,11 @@ func NewApplyPatcher(cfg *rest.Config, gvr schema.GroupVersionResource, kind, fi
 	if kind == "" {
 		return nil, &base.ConfigError{Field: "kind", Reason: "must not be empty"}
 	}
-	rc, err := restClientFor(cfg, gvr, fieldManager)
+	c, err := newStatusClient(cfg, gvr, fieldManager)
 	if err != nil {
 		return nil, err
 	}
-	return &ApplyPatcher{rest: rc, gvr: gvr, gvk: gvr.GroupVersion().WithKind(kind), fieldManager: fieldManager}, nil
+	return &ApplyPatcher{statusClient: c, gvk: gvr.GroupVersion().WithKind(kind)}, nil
 }
 
 // Patch applies p. It returns the client's error unchanged (see package
@@ -141,7 +139,7 @@ func (a *ApplyPatcher) Patch(ctx context.Context, p ApplyPatch) error {
 	if err != nil {
 		return err
 	}
-	req, err := statusRequest(ctx, a.rest, types.ApplyYAMLPatchType, a.gvr, p.Namespace, p.Name, a.fieldManager)
+	req, err := a.request(ctx, types.ApplyYAMLPatchType, p.Namespace, p.Name, a.fieldManager)
 	if err != nil {
 		return fmt.Errorf("statuspatch: apply status of %s/%s %w", p.Namespace, p.Name, err)
 	}

@@ -46,26 +46,30 @@ func serverTimeoutAt(ctx context.Context, now time.Time) (d time.Duration, ok bo
 	return d, true
 }
 
-// statusRequest is the PATCH of type pt of the status of namespace/name of
-// resource gvr, by fieldManager, without client-side retries, with ctx's
-// deadline as its timeout parameter (withServerTimeout).
-func statusRequest(ctx context.Context, c rest.Interface, pt types.PatchType, gvr schema.GroupVersionResource, namespace, name, fieldManager string) (*rest.Request, error) {
-	path := []string{"/apis", gvr.Group, gvr.Version}
-	if gvr.Group == "" {
-		path = []string{"/api", gvr.Version}
+// statusClient makes the PATCH requests of the status subresource of one
+// resource for [MergePatcher] and [ApplyPatcher].
+type statusClient struct {
+	rest         rest.Interface
+	gvr          schema.GroupVersionResource
+	fieldManager string
+}
+
+// request is the PATCH of type pt of the status of namespace/name by
+// fieldManager, without client-side retries, with ctx's deadline as its
+// timeout parameter ([ServerTimeout]) and no client-side timeout beyond
+// ctx's (so that the server's 504 can reach the client first), or an
+// error wrapping context.DeadlineExceeded when the deadline leaves no
+// time: send nothing.
+func (c statusClient) request(ctx context.Context, pt types.PatchType, namespace, name, fieldManager string) (*rest.Request, error) {
+	path := []string{"/apis", c.gvr.Group, c.gvr.Version}
+	if c.gvr.Group == "" {
+		path = []string{"/api", c.gvr.Version}
 	}
 	if namespace != "" {
 		path = append(path, "namespaces", namespace)
 	}
-	path = append(path, gvr.Resource, name, "status")
-	return withServerTimeout(ctx, c.Patch(pt).AbsPath(path...).Param("fieldManager", fieldManager).MaxRetries(0))
-}
-
-// withServerTimeout returns req with ctx's deadline as its timeout
-// parameter ([ServerTimeout]) and no client-side timeout beyond ctx's (so
-// that the server's 504 can reach the client first), or an error wrapping
-// context.DeadlineExceeded when the deadline leaves no time: send nothing.
-func withServerTimeout(ctx context.Context, req *rest.Request) (*rest.Request, error) {
+	path = append(path, c.gvr.Resource, name, "status")
+	req := c.rest.Patch(pt).AbsPath(path...).Param("fieldManager", fieldManager).MaxRetries(0)
 	timeout, ok := ServerTimeout(ctx)
 	if !ok {
 		return nil, fmt.Errorf("not sent: its deadline leaves no time: %w", context.DeadlineExceeded)

@@ -148,9 +148,7 @@ func (p MergePatch) Body() ([]byte, error) {
 		return nil, fmt.Errorf("%w: MergePatch.Status of %s is not a JSON object", ErrInvalidPatch, p.key())
 	}
 	var body struct {
-		Metadata struct {
-			ResourceVersion string `json:"resourceVersion"`
-		} `json:"metadata"`
+		objectVersion
 		Status json.RawMessage `json:"status"`
 	}
 	body.Metadata.ResourceVersion = p.ResourceVersion
@@ -178,10 +176,8 @@ func (p MergePatch) key() string {
 // [NewMergePatcher]; [MergePatcher.WithFence]
 // names the writer in each write instead. It is safe for concurrent use.
 type MergePatcher struct {
-	rest         rest.Interface
-	gvr          schema.GroupVersionResource
-	fieldManager string
-	fence        *fenceCheck // nil: not fenced
+	statusClient
+	fence *fenceCheck // nil: not fenced
 }
 
 // NewMergePatcher returns a patcher for the status of resource gvr that
@@ -196,46 +192,34 @@ type MergePatcher struct {
 // client"). Invalid arguments are rejected with a *quietpatch.ConfigError
 // naming them.
 func NewMergePatcher(cfg *rest.Config, gvr schema.GroupVersionResource, fieldManager string) (*MergePatcher, error) {
-	rc, err := restClientFor(cfg, gvr, fieldManager)
+	c, err := newStatusClient(cfg, gvr, fieldManager)
 	if err != nil {
 		return nil, err
 	}
-	return newMergePatcher(rc, gvr, fieldManager), nil
+	return &MergePatcher{statusClient: c}, nil
 }
 
-// newMergePatcher is NewMergePatcher on a REST client of the API server
-// (its base URL and content configuration are used; the paths are
-// absolute), for the tests.
-func newMergePatcher(client rest.Interface, gvr schema.GroupVersionResource, fieldManager string) *MergePatcher {
-	return &MergePatcher{rest: client, gvr: gvr, fieldManager: fieldManager}
-}
-
-// restClientFor checks a patcher's arguments and returns a REST client of
-// its own for cfg.
-func restClientFor(cfg *rest.Config, gvr schema.GroupVersionResource, fieldManager string) (rest.Interface, error) {
-	if cfg == nil {
-		return nil, &base.ConfigError{Field: "cfg", Reason: "must not be nil"}
+// newStatusClient checks a patcher's arguments and returns a status client
+// of its own for cfg.
+func newStatusClient(cfg *rest.Config, gvr schema.GroupVersionResource, fieldManager string) (statusClient, error) {
+	bad := func(field, reason string) (statusClient, error) {
+		return statusClient{}, &base.ConfigError{Field: field, Reason: reason}
 	}
-	if err := checkPatcher(gvr, fieldManager); err != nil {
-		return nil, err
+	switch {
+	case cfg == nil:
+		return bad("cfg", "must not be nil")
+	case gvr.Resource == "" || gvr.Version == "":
+		return bad("gvr", fmt.Sprintf("needs a version and a resource, got %q", gvr.String()))
+	case fieldManager == "":
+		return bad("fieldManager", "must not be empty")
+	case len(fieldManager) > maxFieldManager:
+		return bad("fieldManager", fmt.Sprintf("must be at most %d characters, got %d", maxFieldManager, len(fieldManager)))
 	}
 	rc, err := rest.UnversionedRESTClientFor(dynamic.ConfigFor(rest.CopyConfig(cfg)))
 	if err != nil {
-		return nil, &base.ConfigError{Field: "cfg", Reason: "cannot build a client: " + err.Error()}
+		return bad("cfg", "cannot build a client: "+err.Error())
 	}
-	return rc, nil
-}
-
-func checkPatcher(gvr schema.GroupVersionResource, fieldManager string) error {
-	switch {
-	case gvr.Resource == "" || gvr.Version == "":
-		return &base.ConfigError{Field: "gvr", Reason: fmt.Sprintf("needs a version and a resource, got %q", gvr.String())}
-	case fieldManager == "":
-		return &base.ConfigError{Field: "fieldManager", Reason: "must not be empty"}
-	case len(fieldManager) > maxFieldManager:
-		return &base.ConfigError{Field: "fieldManager", Reason: fmt.Sprintf("must be at most %d characters, got %d", maxFieldManager, len(fieldManager))}
-	}
-	return nil
+	return statusClient{rc, gvr, fieldManager}, nil
 }
 
 // WithFence returns a copy of d whose writes name their writer: the field
@@ -309,14 +293,17 @@ func (d *MergePatcher) PatchVersion(ctx context.Context, p MergePatch) (string, 
 	return "", nil // a server that does not version its writes (client-go's fakes): no echo can be told
 }
 
+// objectVersion is the resourceVersion in an object's JSON.
+type objectVersion struct {
+	Metadata struct {
+		ResourceVersion string `json:"resourceVersion"`
+	} `json:"metadata"`
+}
+
 // resourceVersionOf returns the resourceVersion of the object whose JSON is
 // raw, "" if there is none.
 func resourceVersionOf(raw []byte) string {
-	var obj struct {
-		Metadata struct {
-			ResourceVersion string `json:"resourceVersion"`
-		} `json:"metadata"`
-	}
+	var obj objectVersion
 	if json.Unmarshal(raw, &obj) != nil {
 		return ""
 	}
@@ -326,7 +313,7 @@ func resourceVersionOf(raw []byte) string {
 // send makes one PATCH of the status of namespace/name and returns the
 // answer's body.
 func (d *MergePatcher) send(ctx context.Context, namespace, name string, body []byte, fieldManager string, dryRun bool) ([]byte, error) {
-	req, err := statusRequest(ctx, d.rest, types.MergePatchType, d.gvr, namespace, name, fieldManager)
+	req, err := d.request(ctx, types.MergePatchType, namespace, name, fieldManager)
 	if err != nil {
 		return nil, fmt.Errorf("statuspatch: patch of %s/%s %w", namespace, name, err)
 	}

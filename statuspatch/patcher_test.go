@@ -23,6 +23,13 @@ import (
 	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
+// newMergePatcher is NewMergePatcher on a REST client of the API server
+// (its base URL and content configuration are used; the paths are
+// absolute).
+func newMergePatcher(client rest.Interface, gvr schema.GroupVersionResource, fieldManager string) *MergePatcher {
+	return &MergePatcher{statusClient: statusClient{client, gvr, fieldManager}}
+}
+
 // capturedRequest is what the fake API server saw.
 type capturedRequest struct {
 	Method, Path, ContentType, FieldManager string

@@ -56,7 +56,7 @@ func TestRunFailsVisibly(t *testing.T) {
 			})
 			runErr, err := r.wait(5 * time.Second)
 			if err != nil {
-				t.Fatalf("%v: the failure was not surfaced (%s; Ready: %v)", err, describe([]*replica{r}), r.c.Healthy())
+				t.Fatalf("%v: the failure was not surfaced (%s; Ready: %v)", err, describe([]*replica{r}), r.c.Ready())
 			}
 			t.Logf("Run returned after %s: %v", seconds(r.ended.Sub(begin)), runErr)
 
@@ -70,16 +70,16 @@ func TestRunFailsVisibly(t *testing.T) {
 				}
 			}
 			check("Run", runErr)
-			ready := r.c.Healthy()
-			if !errors.Is(ready, leader.ErrStopped) {
-				t.Errorf("Ready: %v, want ErrStopped", ready)
+			ready := r.c.Ready()
+			if !errors.Is(ready, leader.ErrNotRunning) {
+				t.Errorf("Ready: %v, want ErrNotRunning", ready)
 			}
 			check("Ready", ready)
 			if r.holds() {
 				t.Errorf("the failed claimer believes it holds the lease: %s", describe([]*replica{r}))
 			}
-			if err := r.c.Relinquish(e.ctx, 0); !errors.Is(err, leader.ErrStopped) {
-				t.Errorf("Relinquish after Run failed: %v, want ErrStopped", err)
+			if err := r.c.Relinquish(e.ctx, 0); !errors.Is(err, leader.ErrNotRunning) {
+				t.Errorf("Relinquish after Run failed: %v, want ErrNotRunning", err)
 			}
 
 			// By user, not by name: a create's audit event names no object.

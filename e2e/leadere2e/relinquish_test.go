@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quietpatch/quietpatch"
 	"github.com/quietpatch/quietpatch/e2e/cluster"
-	"github.com/quietpatch/quietpatch/leader"
 )
 
 // TestRelinquish: the holder a relinquishes with a back-off longer than the
@@ -37,8 +37,9 @@ func TestRelinquish(t *testing.T) {
 	b := e.startClaimer(t, "b")
 	waitSees(t, b, a.id, oa.claim.Epoch)
 
-	if err := a.c.Relinquish(e.ctx, -time.Second); !errors.Is(err, leader.ErrNegativeBackoff) {
-		t.Errorf("Relinquish with a negative back-off: %v, want ErrNegativeBackoff", err)
+	var ce *quietpatch.ConfigError
+	if err := a.c.Relinquish(e.ctx, -time.Second); !errors.As(err, &ce) || ce.Field != "backoff" || !errors.Is(err, quietpatch.ErrInvalidConfig) {
+		t.Errorf("Relinquish with a negative back-off: %v, want a ConfigError naming backoff", err)
 	}
 	if !a.holds() {
 		t.Fatalf("a no longer holds after a rejected Relinquish: %s", describe([]*replica{a}))

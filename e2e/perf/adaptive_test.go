@@ -12,11 +12,12 @@ import (
 	"time"
 
 	"github.com/quietpatch/quietpatch/e2e/cluster"
+	"github.com/quietpatch/quietpatch/internal/pipeline"
 	"github.com/quietpatch/quietpatch/statuspatch"
 )
 
 // dispatchMode is how many patch calls a dispatcher lets in flight: 0 for
-// the adaptive limit (DispatcherConfig.Workers 0, up to MaxInFlight 64),
+// the adaptive limit (Workers 0, up to MaxInFlight 64),
 // else a fixed number.
 type dispatchMode struct {
 	name    string
@@ -58,7 +59,7 @@ type callTimer struct {
 }
 
 func (c *callTimer) wrap(p statuspatch.Patcher[statuspatch.MergePatch]) statuspatch.Patcher[statuspatch.MergePatch] {
-	return statuspatch.PatcherFunc[statuspatch.MergePatch](func(ctx context.Context, mp statuspatch.MergePatch) error {
+	return pipeline.PatcherFunc[statuspatch.MergePatch](func(ctx context.Context, mp statuspatch.MergePatch) error {
 		begin := time.Now()
 		err := p.Patch(ctx, mp)
 		d := time.Since(begin)
@@ -101,7 +102,7 @@ func (c *callTimer) String() string {
 // server) and the informer has seen it; then one ReconcileAll pass queues
 // them all (capacity = the number of routes) and a Dispatcher applies them.
 // Its patcher is the one the documentation recommends,
-// statuspatch.NewStatusPatcherForConfig (QPS -1, 429s left to the
+// statuspatch.NewMergePatcher (QPS -1, 429s left to the
 // dispatcher), under a ServiceAccount that may only patch HTTPRoute
 // statuses, through a FaultProxy that adds each RTT of QP_PERF_RTTS (0s,
 // 10ms, 50ms) before it forwards a status PATCH: what a client meets when
@@ -129,7 +130,7 @@ func BenchmarkAdaptive(b *testing.B) {
 		b.Fatal(err)
 	}
 	// One patcher for every mode: the same client and connections.
-	patcher, err := statuspatch.NewStatusPatcherForConfig(proxy.Config(writer), routeGVR, fieldManager)
+	patcher, err := statuspatch.NewMergePatcher(proxy.Config(writer), routeGVR, fieldManager)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -150,7 +151,7 @@ func BenchmarkAdaptive(b *testing.B) {
 					var lim limitSampler
 					var calls callTimer
 					start, last, patches, err := w.convergeStack(ctx, keys, stackConfig{
-						Name: "adaptive", Capacity: len(keys), Workers: m.workers, Leader: newStaticLeader("adaptive"),
+						Name: "adaptive", Capacity: len(keys), Workers: m.workers,
 						Keys: keys, Patcher: calls.wrap(patcher),
 					}, lim.watch)
 					if err != nil {

@@ -70,7 +70,7 @@ func BenchmarkConvergence(b *testing.B) {
 // returns when the work started, when the last successful patch was
 // answered, and the number of patches answered.
 func (w *world) convergeQuietpatch(ctx context.Context, keys map[types.NamespacedName]bool, workers int) (time.Time, time.Time, int64, error) {
-	return w.convergeStack(ctx, keys, stackConfig{Name: "converge", Capacity: len(keys), Workers: workers, Leader: newStaticLeader("converge"), Keys: keys}, nil)
+	return w.convergeStack(ctx, keys, stackConfig{Name: "converge", Capacity: len(keys), Workers: workers, Keys: keys}, nil)
 }
 
 // convergeStack is convergeQuietpatch with the stack sc (whose Keys and
@@ -81,8 +81,10 @@ func (w *world) convergeStack(ctx context.Context, keys map[types.NamespacedName
 	if err != nil {
 		return time.Time{}, time.Time{}, 0, err
 	}
-	st.start(false)
 	defer st.stop()
+	if err := st.start(ctx, false); err != nil {
+		return time.Time{}, time.Time{}, 0, err
+	}
 	if watch != nil {
 		defer watch(st)()
 	}

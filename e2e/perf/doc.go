@@ -17,9 +17,11 @@
 // control plane with QP_PERF_ROUTES HTTPRoutes (and their Gateway, Services,
 // ReferenceGrants), created by the first benchmark that runs, and one set of
 // informers over it. Unless a benchmark is about failover, the reconciler and
-// the dispatcher run in process with a static leader (a claim held for an
-// hour) and send patches as the admin (no client rate limit; the admin's
-// requests are exempt from the API server's priority and fairness). Custom
+// the dispatcher run in process under a claim of their own on a free Lease
+// (default timings, renewed through the admin's client; the measurement
+// starts once it is held) and send patches as the admin (no client rate
+// limit; the admin's requests are exempt from the API server's priority
+// and fairness). Custom
 // units are reported with b.ReportMetric (names without the Benchmark prefix):
 //
 //	benchmark                             unit                         what
@@ -103,7 +105,7 @@
 //	QP_PERF_POLITENESS_MODES  adaptive,fixed-64  the storms it is measured during
 //	QP_PERF_STORM_MODES       plain-1,plain-4,plain-16,converge-adaptive,adaptive,plain-64
 //	                                   BenchmarkStorm's runs, in order: plain-N, adaptive, fixed-N, converge-… (a
-//	                                   first convergence, a Lease), converge-static-… (a claim held from the start)
+//	                                   first convergence)
 //	QP_PERF_PROFILE           (unset)  folder for profiles of each controller run (the benchmark process's CPU,
 //	                                   mutex, block, heap; kube-apiserver's CPU) and its samples (see profileEnv)
 //	QP_PERF_SHARD_ROUTES      5000     routes of BenchmarkSharded (50000 for the large run)

@@ -80,7 +80,7 @@ func (w *world) newReplica(id, lease string, cfg *rest.Config) (*replica, error)
 	if err != nil {
 		return nil, err
 	}
-	st, err := w.newStack(stackConfig{Name: id, Capacity: w.cfg.Capacity, Workers: 4, Leader: claimer, Client: cfg})
+	st, err := w.newStack(stackConfig{Name: id, Capacity: w.cfg.Capacity, Workers: 4, Leader: claimer, Lease: lease, Client: cfg})
 	if err != nil {
 		return nil, err
 	}
@@ -88,11 +88,11 @@ func (w *world) newReplica(id, lease string, cfg *rest.Config) (*replica, error)
 }
 
 // start runs the claimer, the reconciler's loop and the dispatcher.
-func (r *replica) start() {
-	ctx, cancel := context.WithCancel(context.Background())
+func (r *replica) start(ctx context.Context) error {
+	claimCtx, cancel := context.WithCancel(context.Background())
 	r.claimCancel = cancel
-	go func() { r.claimDone <- r.claimer.Run(ctx) }()
-	r.stack.start(true)
+	go func() { r.claimDone <- r.claimer.Run(claimCtx) }()
+	return r.stack.start(ctx, true)
 }
 
 // stopWork stops the reconciler and the dispatcher.
@@ -141,7 +141,6 @@ func (w *world) failover(ctx context.Context, b *testing.B, mode string) (lease,
 		ra.stack.queue.Close()
 		return 0, 0, err
 	}
-	ra.start()
 	started := []*replica{ra}
 	defer func() {
 		proxy.ClearFault()
@@ -149,6 +148,9 @@ func (w *world) failover(ctx context.Context, b *testing.B, mode string) (lease,
 			err = errors.Join(err, r.stopWork(), r.stopClaim())
 		}
 	}()
+	if err := ra.start(ctx); err != nil {
+		return 0, 0, err
+	}
 	if err := poll(ctx, 10*time.Millisecond, "replica A leading", func() error {
 		if !ra.claimer.Current().IsCurrentFor(ra.id, time.Now()) {
 			return errors.New("A does not lead")
@@ -157,8 +159,10 @@ func (w *world) failover(ctx context.Context, b *testing.B, mode string) (lease,
 	}); err != nil {
 		return 0, 0, err
 	}
-	rb.start()
 	started = append(started, rb)
+	if err := rb.start(ctx); err != nil {
+		return 0, 0, err
+	}
 	if err := poll(ctx, 10*time.Millisecond, "replica B seeing A lead", func() error {
 		if c := rb.claimer.Current(); c.Holder != ra.id {
 			return fmt.Errorf("B sees holder %q", c.Holder)

@@ -18,8 +18,9 @@ import (
 
 	"github.com/quietpatch/quietpatch"
 	"github.com/quietpatch/quietpatch/e2e/cluster"
+	"github.com/quietpatch/quietpatch/internal/pipeline"
 	"github.com/quietpatch/quietpatch/leader"
-	"github.com/quietpatch/quietpatch/statuspatch"
+	"github.com/quietpatch/quietpatch/statuspatch/source"
 )
 
 // leaseTotals sums apiserver_request_total for coordination.k8s.io leases,
@@ -58,8 +59,9 @@ func formatRates(r map[string]float64) string {
 
 // BenchmarkLeaseRequests measures the Lease requests per second a sharded
 // deployment makes, on a control plane of its own: R = 2 replicas in
-// process (quietpatch.NewSharded over the ConfigMaps of a namespace, a
-// computer that never patches; leader.NewLeaseClient; the default lease
+// process (quietpatch.NewSharded over the ConfigMaps of a namespace, or
+// quietpatch.New for K = 1; a computer that never patches;
+// leader.NewLeaseClient; the default lease
 // timings, LeaseDuration 15 s, RenewGrace 10 s, RetryPeriod 2 s), for
 // K = 1, 8 and 32. Once the shards are spread, it counts the API server's
 // apiserver_request_total for leases over three lease durations, less the
@@ -106,7 +108,7 @@ func BenchmarkLeaseRequests(b *testing.B) {
 				}
 			}
 			type running struct {
-				s    *quietpatch.Sharded[*corev1.ConfigMap, string, string]
+				s    quietpatch.Runner
 				stop context.CancelFunc
 				done chan error
 			}
@@ -171,15 +173,17 @@ func BenchmarkLeaseRequests(b *testing.B) {
 	}
 }
 
-// newLeaseReplica is one replica of BenchmarkLeaseRequests: a sharded
-// pipeline of k shards over the ConfigMaps of ns that never patches.
-func newLeaseReplica(cp *cluster.ControlPlane, kube kubernetes.Interface, ns, id string, k int) (*quietpatch.Sharded[*corev1.ConfigMap, string, string], error) {
+// newLeaseReplica is one replica of BenchmarkLeaseRequests: a pipeline of
+// k shards over the ConfigMaps of ns that never patches — quietpatch.New
+// over an informer of its own (run by its Run) for k = 1,
+// quietpatch.NewSharded for more.
+func newLeaseReplica(cp *cluster.ControlPlane, kube kubernetes.Interface, ns, id string, k int) (quietpatch.Runner, error) {
 	leases, err := leader.NewLeaseClient(cp.AdminConfig())
 	if err != nil {
 		return nil, err
 	}
 	lw := cache.NewListWatchFromClient(kube.CoreV1().RESTClient(), "configmaps", ns, fields.Everything())
-	comp := statuspatch.ComputerFuncs[*corev1.ConfigMap, string, string]{
+	comp := pipeline.ComputerFuncs[*corev1.ConfigMap, string, string]{
 		KeyFunc: func(c *corev1.ConfigMap) types.NamespacedName {
 			return types.NamespacedName{Namespace: c.Namespace, Name: c.Name}
 		},
@@ -188,11 +192,32 @@ func newLeaseReplica(cp *cluster.ControlPlane, kube kubernetes.Interface, ns, id
 		EqualFunc:   func(string, string) bool { return true },
 		PatchFunc:   func(*corev1.ConfigMap, string) (string, error) { return "", nil },
 	}
-	nop := statuspatch.PatcherFunc[string](func(context.Context, string) error { return nil })
-	return quietpatch.NewSharded(lw, comp, nop, quietpatch.Config{
-		Options: statuspatch.Options{Name: "leases"},
-		Leases:  leases,
-		Lease:   leader.Config{Namespace: ns, Name: "leases", Identity: id},
-		Shards:  k,
-	})
+	nop := pipeline.PatcherFunc[string](func(context.Context, string) error { return nil })
+	cfg := quietpatch.Config{
+		Name:   "leases",
+		Leases: leases,
+		Lease:  leader.Config{Namespace: ns, Name: "leases", Identity: id},
+	}
+	if k > 1 {
+		cfg.Shards = k
+		return quietpatch.NewSharded(lw, comp, nop, cfg)
+	}
+	inf := cache.NewSharedIndexInformer(lw, &corev1.ConfigMap{}, 0, cache.Indexers{})
+	ctrl, err := quietpatch.New(source.FromInformer[*corev1.ConfigMap](inf), comp, nop, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return withInformer{Runner: ctrl, inf: inf}, nil
+}
+
+// withInformer is a Runner whose Run also runs the informer of its
+// Source, stopped with Run's context (not waited for).
+type withInformer struct {
+	quietpatch.Runner
+	inf cache.SharedIndexInformer
+}
+
+func (r withInformer) Run(ctx context.Context) error {
+	go r.inf.RunWithContext(ctx)
+	return r.Runner.Run(ctx)
 }

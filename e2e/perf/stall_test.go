@@ -81,14 +81,17 @@ func BenchmarkStalledMemory(b *testing.B) {
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 		defer mp.Shutdown(context.Background())
 		st, err := w.newStack(stackConfig{
-			Name: "stall", Capacity: w.cfg.Capacity, Workers: w.cfg.Workers, Leader: newStaticLeader("stall"), Client: proxy.Config(cfg),
+			Name: "stall", Capacity: w.cfg.Capacity, Workers: w.cfg.Workers, Client: proxy.Config(cfg),
 			Current: func(*gatewayv1.HTTPRoute) gatewayv1.HTTPRouteStatus { return gatewayv1.HTTPRouteStatus{} },
 			Meter:   mp.Meter("perf"),
 		})
 		if err != nil {
 			b.Fatal(err)
 		}
-		st.start(false)
+		if err := st.start(ctx, false); err != nil {
+			_ = st.stop()
+			b.Fatal(err)
+		}
 		samples, final, baseline, err := w.runStall(ctx, b, proxy, stallRun{
 			variant: VariantQuietpatch,
 			pass: func(ctx context.Context) error {

@@ -37,16 +37,18 @@ func BenchmarkSteadyState(b *testing.B) {
 	k := w.cfg.K
 
 	b.Run("quietpatch", func(b *testing.B) {
-		st, err := w.newStack(stackConfig{Name: "steady", Capacity: w.cfg.Capacity, Workers: w.cfg.Workers, Leader: newStaticLeader("steady")})
+		st, err := w.newStack(stackConfig{Name: "steady", Capacity: w.cfg.Capacity, Workers: w.cfg.Workers})
 		if err != nil {
 			b.Fatal(err)
 		}
-		st.start(false)
 		defer func() {
 			if err := st.stop(); err != nil {
 				b.Error(err)
 			}
 		}()
+		if err := st.start(ctx, false); err != nil {
+			b.Fatal(err)
+		}
 		total := 0
 		for i := range w.cfg.Intervals {
 			keys := w.pick(k)

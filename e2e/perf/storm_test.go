@@ -60,7 +60,7 @@ type storm struct {
 
 	mu     sync.Mutex
 	open   bool // the listener admits the application namespaces now
-	leases int  // Leases made for cold runs
+	leases int  // Leases made, one per controller run
 
 	stopInformer func()
 }
@@ -424,10 +424,6 @@ type controllerRun struct {
 	// route; its duration runs from the moment the controller is ready
 	// (caches synced, leading) to the last successful patch.
 	cold bool
-	// lease, in a cold run, makes the controller compete for a Lease of
-	// its own (free: it acquires at once) instead of holding a static
-	// claim from the start.
-	lease bool
 	// name names the run's profiles (QP_PERF_PROFILE).
 	name string
 	// seen, if set, is called with every route the controller's informer
@@ -437,8 +433,9 @@ type controllerRun struct {
 
 // runController is the library's storm: quietpatch.New, as a user would
 // build it, with its defaults (capacity 50,000,
-// Interval 10 s) and run.workers, over the storm routes' informer; the
-// status writer's patcher from NewStatusPatcherForConfig; a Dependency on
+// Interval 10 s) and run.workers, over the storm routes' informer,
+// competing for a free Lease of its own; the status writer's patcher from
+// statuspatch.NewMergePatcher; a Dependency on
 // the Gateways maps the storm Gateway to every storm route, as the
 // example's controller does (more than FreshFanout keys: a pass). Once
 // the controller is up and idle the Gateway is flipped; the run ends when
@@ -448,7 +445,7 @@ type controllerRun struct {
 func (s *storm) runController(ctx context.Context, tb testing.TB, run controllerRun) (stormResult, error) {
 	w := s.w
 	var rec recorder
-	patcher, err := statuspatch.NewStatusPatcherForConfig(s.writer, routeGVR, fieldManager)
+	patcher, err := statuspatch.NewMergePatcher(s.writer, routeGVR, fieldManager)
 	if err != nil {
 		return stormResult{}, err
 	}
@@ -487,16 +484,18 @@ func (s *storm) runController(ctx context.Context, tb testing.TB, run controller
 		}
 		return nil
 	}
-	cfg := quietpatch.Config{
-		Options:      statuspatch.Options{Name: "storm", Workers: run.workers},
-		Dependencies: []quietpatch.Dependency{{Informer: gateways, Keys: stormRoutes}},
+	// A Lease of its own for every run (free: the first claim is taken at
+	// once), through the admin's client.
+	leases, err := leader.NewLeaseClient(w.cp.AdminConfig())
+	if err != nil {
+		return stormResult{}, err
 	}
-	if run.cold && run.lease {
-		s.leases++
-		cfg.Leases = w.kube.CoordinationV1()
-		cfg.Lease = leader.Config{Namespace: benchNamespace, Name: fmt.Sprintf("%s-cold-%d", s.name, s.leases)}
-	} else {
-		cfg.Observer = newStaticLeader("storm")
+	s.leases++
+	cfg := quietpatch.Config{
+		Name: "storm", Workers: run.workers,
+		Leases:       leases,
+		Lease:        leader.Config{Namespace: benchNamespace, Name: fmt.Sprintf("%s-%d", s.name, s.leases)},
+		Dependencies: []quietpatch.Dependency{{Informer: gateways, Keys: stormRoutes}},
 	}
 	ctrl, err := quietpatch.New[*gatewayv1.HTTPRoute](source.FromInformer[*gatewayv1.HTTPRoute](routes), w.computerFuncs(nil), rec.wrap(patcher), cfg)
 	if err != nil {
@@ -678,7 +677,6 @@ type stormMode struct {
 	name    string
 	plain   bool
 	cold    bool
-	static  bool // cold with a static claim: leading before the informer's first list is delivered
 	workers int
 }
 
@@ -704,12 +702,9 @@ func parseStormModes(s string) ([]stormMode, error) {
 			continue
 		}
 		rest, cold := strings.CutPrefix(f, "converge-")
-		if cold {
-			rest, m.static = strings.CutPrefix(rest, "static-")
-		}
 		dm, err := parseModes(rest)
 		if err != nil || len(dm) != 1 {
-			return nil, fmt.Errorf("mode %q is neither plain-N nor [converge-[static-]]adaptive or [converge-[static-]]fixed-N", f)
+			return nil, fmt.Errorf("mode %q is neither plain-N nor [converge-]adaptive or [converge-]fixed-N", f)
 		}
 		m.cold, m.workers = cold, dm[0].workers
 		out = append(out, m)
@@ -730,13 +725,12 @@ func parseStormModes(s string) ([]stormMode, error) {
 //   - adaptive, fixed-N: quietpatch.New as a user builds it — defaults
 //     (adaptive in-flight limit, capacity 50,000 keys a lane, Interval
 //     10 s), or Workers N, the storm routes' informer as its Source, a
-//     Dependency on the Gateways (the storm Gateway's events make a pass)
-//     —, with its status client from statuspatch.NewStatusPatcherForConfig
-//     under a ServiceAccount that may only patch HTTPRoute statuses (no
-//     client rate limit), running and idle when the Gateway flips;
-//   - converge-adaptive, converge-fixed-N (converge-static-…: with a
-//     static claim, leading from the start, instead of a Lease): the
-//     first convergence — the
+//     Dependency on the Gateways (the storm Gateway's events make a pass),
+//     a free Lease of its own (admin client, default timings) —, with its
+//     status client from statuspatch.NewMergePatcher under a
+//     ServiceAccount that may only patch HTTPRoute statuses (no client
+//     rate limit), running, leading and idle when the Gateway flips;
+//   - converge-adaptive, converge-fixed-N: the first convergence — the
 //     Gateway flips while no controller runs, then the same controller
 //     starts on an informer of its own (a restarted process) and competes
 //     for a free Lease; measured from the moment it is ready (synced,
@@ -787,7 +781,7 @@ func BenchmarkStorm(b *testing.B) {
 				b.ReportMetric(res.routesPerSecond(n), "routes/s")
 				return
 			}
-			run := controllerRun{workers: m.workers, cold: m.cold, lease: m.cold && !m.static, name: "storm-" + m.name}
+			run := controllerRun{workers: m.workers, cold: m.cold, name: "storm-" + m.name}
 			if !m.cold && m.workers == 0 {
 				run.sample = w.cfg.StormSample
 			}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/quietpatch/quietpatch"
 	"github.com/quietpatch/quietpatch/e2e/cluster"
+	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch"
 	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 	"github.com/quietpatch/quietpatch/statuspatch/source"
@@ -45,7 +46,7 @@ func isRouteStatusPatch(r *http.Request) bool {
 // TestRetryAfterHonoured runs a controller built the way the package
 // documentation composes one — quietpatch.New with the defaults (adaptive
 // in-flight limit, automatic capacity), a status client from
-// statuspatch.NewStatusPatcherForConfig under a non-admin ServiceAccount —
+// statuspatch.NewMergePatcher under a non-admin ServiceAccount —
 // over 200 routes on a real API server, through a FaultProxy that answers
 // half of the HTTPRoute status PATCHes itself with 429 Too Many Requests and
 // Retry-After: 1. The proxy records when each status PATCH arrived and when
@@ -76,7 +77,7 @@ func TestRetryAfterHonoured(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	patcher, err := statuspatch.NewStatusPatcherForConfig(proxy.Config(writer), routeGVR, fieldManager)
+	patcher, err := statuspatch.NewMergePatcher(proxy.Config(writer), routeGVR, fieldManager)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,8 +88,15 @@ func TestRetryAfterHonoured(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	// The Lease through the admin's client, not the proxy: only the status
+	// PATCHes are throttled.
+	leases, err := leader.NewLeaseClient(cp.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctrl, err := quietpatch.New[*gatewayv1.HTTPRoute](source.FromInformer[*gatewayv1.HTTPRoute](w.routeInformer), w.computerFuncs(nil), patcher,
-		quietpatch.Config{Options: statuspatch.Options{Name: "throttle", Interval: 2 * time.Second}, Observer: newStaticLeader("throttle")})
+		quietpatch.Config{Name: "throttle", Interval: 2 * time.Second, Leases: leases,
+			Lease: leader.Config{Namespace: benchNamespace, Name: "throttle", Identity: "throttle"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,6 +36,8 @@ import (
 	"github.com/quietpatch/quietpatch/e2e/cluster"
 	"github.com/quietpatch/quietpatch/examples/httproute-status/fixtures"
 	"github.com/quietpatch/quietpatch/examples/httproute-status/routestatus"
+	"github.com/quietpatch/quietpatch/internal/pipeline"
+	"github.com/quietpatch/quietpatch/internal/queue"
 	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch"
 )
@@ -710,7 +712,7 @@ func buildPatch(r *gatewayv1.HTTPRoute, desired gatewayv1.HTTPRouteStatus) (stat
 	return statuspatch.NewMergePatch(r, statusBody{Parents: parents})
 }
 
-// send applies p with client as statuspatch.DynamicStatusPatcher does:
+// send applies p with client as statuspatch.MergePatcher does:
 // one PATCH of the status subresource, merge-patch content type, the same
 // field manager (the dynamic client cannot send the timeout parameter: the
 // baselines go without, as a user's client-go loop does).
@@ -802,7 +804,7 @@ func unixTime(ns int64) time.Time {
 
 // wrap returns a Patcher that applies p and records the outcome.
 func (r *recorder) wrap(p statuspatch.Patcher[statuspatch.MergePatch]) statuspatch.Patcher[statuspatch.MergePatch] {
-	return statuspatch.PatcherFunc[statuspatch.MergePatch](func(ctx context.Context, mp statuspatch.MergePatch) error {
+	return pipeline.PatcherFunc[statuspatch.MergePatch](func(ctx context.Context, mp statuspatch.MergePatch) error {
 		err := p.Patch(ctx, mp)
 		r.record(err)
 		return err
@@ -820,22 +822,6 @@ func waitDone(ctx context.Context, rec *recorder, n int64) error {
 }
 
 // ---- quietpatch in process ----
-
-// staticLeader is a leader.Observer holding a claim for an hour, epoch 1:
-// the benchmarks that are not about failover need no Lease.
-type staticLeader struct{ claim leader.Claim }
-
-func newStaticLeader(id string) staticLeader {
-	return staticLeader{claim: leader.Claim{Holder: id, Expiry: time.Now().Add(time.Hour), Epoch: 1}}
-}
-
-func (l staticLeader) Identity() string      { return l.claim.Holder }
-func (l staticLeader) Current() leader.Claim { return l.claim }
-func (l staticLeader) Subscribe() (<-chan leader.Claim, func()) {
-	ch := make(chan leader.Claim, 1)
-	ch <- l.claim
-	return ch, func() {}
-}
 
 // routeSource is the reconciler's statuspatch.Source over the informer
 // cache, limited to keys (all routes when nil).
@@ -858,9 +844,9 @@ func (s routeSource) Get(key types.NamespacedName) (*gatewayv1.HTTPRoute, bool, 
 }
 
 type (
-	routeReconciler = statuspatch.Reconciler[*gatewayv1.HTTPRoute, gatewayv1.HTTPRouteStatus, statuspatch.MergePatch]
-	routeDispatcher = statuspatch.Dispatcher[*gatewayv1.HTTPRoute, gatewayv1.HTTPRouteStatus, statuspatch.MergePatch]
-	routeQueue      = statuspatch.PatchQueue[types.NamespacedName]
+	routeReconciler = pipeline.Reconciler[*gatewayv1.HTTPRoute, gatewayv1.HTTPRouteStatus, statuspatch.MergePatch]
+	routeDispatcher = pipeline.Dispatcher[*gatewayv1.HTTPRoute, gatewayv1.HTTPRouteStatus, statuspatch.MergePatch]
+	routeQueue      = queue.Queue[types.NamespacedName]
 )
 
 // stackConfig says how to build a quietpatch stack (queue, reconciler,
@@ -869,23 +855,31 @@ type stackConfig struct {
 	Name     string
 	Capacity int
 	Workers  int
-	Leader   leader.Observer
-	Keys     map[types.NamespacedName]bool // nil: all routes
+	// Leader, when set, is the claim the parts follow — a replica's
+	// Claimer, which its owner runs. Nil gives the stack a Claimer of its
+	// own, identity Name, on a fresh Lease (admin client, default
+	// timings): start runs it and returns once it leads, stop vacates.
+	Leader pipeline.Leader
+	// Lease is the name of Leader's Lease in benchNamespace, which the
+	// WriteClaim of every call names (with Leader only).
+	Lease string
+	Keys  map[types.NamespacedName]bool // nil: all routes
 	// Current, when set, replaces reading the route's status: the stalled
 	// memory benchmark makes every route look changed with it.
 	Current func(*gatewayv1.HTTPRoute) gatewayv1.HTTPRouteStatus
 	Client  *rest.Config // the patcher's client; default the admin's
-	// Patcher, when set, replaces the DynamicStatusPatcher over Client.
+	// Patcher, when set, replaces the MergePatcher over Client.
 	Patcher  statuspatch.Patcher[statuspatch.MergePatch]
 	Interval time.Duration // default 10 s
-	// Meter, when set, receives the parts' instruments.
+	// Meter, when set, receives the parts' instruments (registered by
+	// start, unregistered by stop).
 	Meter metric.Meter
 }
 
 // routeComputer is the reconciler's StatusComputer for HTTPRoutes, the
 // example's: desired from routestatus over the world's listers, compared
 // with routestatus.Equal, patched with buildPatch.
-type routeComputer = statuspatch.ComputerFuncs[*gatewayv1.HTTPRoute, gatewayv1.HTTPRouteStatus, statuspatch.MergePatch]
+type routeComputer = pipeline.ComputerFuncs[*gatewayv1.HTTPRoute, gatewayv1.HTTPRouteStatus, statuspatch.MergePatch]
 
 // computerFuncs returns the routeComputer; current, when set, replaces
 // reading the route's status.
@@ -913,31 +907,54 @@ func (w *world) computerFuncs(current func(*gatewayv1.HTTPRoute) gatewayv1.HTTPR
 	}
 }
 
-// stack is quietpatch running in process: a PatchQueue of route keys, a
-// Reconciler over the informer cache with the example's computer, and a
+// stack is quietpatch running in process, composed from the library's
+// internal parts as quietpatch.New composes them: a queue of route keys,
+// a Reconciler over the informer cache with the example's computer, and a
 // Dispatcher building each patch from the same cache and computer and
-// applying it with a DynamicStatusPatcher whose outcomes rec counts.
+// applying it with a MergePatcher whose outcomes rec counts, both
+// following a Claimer — the stack's own unless stackConfig.Leader is set.
 type stack struct {
 	queue      *routeQueue
 	reconciler *routeReconciler
 	dispatcher *routeDispatcher
+	metrics    *pipeline.Metrics
 	rec        recorder
 
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	errs   chan error
+	// claimer is the stack's own Claimer (nil with stackConfig.Leader),
+	// run by start until stop.
+	claimer     *leader.Claimer
+	claimCancel context.CancelFunc
+	claimDone   chan error
+
+	cancel     context.CancelFunc
+	unregister func()
+	wg         sync.WaitGroup
+	errs       chan error
 }
 
 func (w *world) newStack(cfg stackConfig) (*stack, error) {
-	opts := statuspatch.Options{Name: cfg.Name, Capacity: cfg.Capacity, Workers: cfg.Workers, Interval: cfg.Interval, Meter: cfg.Meter}
-	q, err := statuspatch.NewPatchQueue[types.NamespacedName](opts)
+	s := &stack{errs: make(chan error, 2)}
+	l := cfg.Leader
+	lease := types.NamespacedName{Namespace: benchNamespace, Name: cfg.Lease}
+	if l == nil {
+		lease.Name = cfg.Name + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+		leases, err := leader.NewLeaseClient(w.cp.AdminConfig())
+		if err != nil {
+			return nil, err
+		}
+		if s.claimer, err = leader.NewClaimer(leases, leader.Config{Namespace: lease.Namespace, Name: lease.Name, Identity: cfg.Name}); err != nil {
+			return nil, err
+		}
+		l = s.claimer
+	}
+	opts, err := pipeline.Options{Name: cfg.Name, Capacity: cfg.Capacity, Workers: cfg.Workers, Interval: cfg.Interval, Lease: lease}.Complete()
 	if err != nil {
 		return nil, err
 	}
+	s.queue = queue.New[types.NamespacedName](opts.Capacity, opts.Clock)
+	s.metrics = pipeline.NewMetrics(cfg.Meter, opts)
 	src, comp := routeSource{w: w, keys: cfg.Keys}, w.computerFuncs(cfg.Current)
-	rc, err := statuspatch.NewReconciler(src, comp, q, cfg.Leader, opts)
-	if err != nil {
-		q.Close()
+	if s.reconciler, err = pipeline.NewReconciler(src, comp, s.queue, l, opts, s.metrics); err != nil {
 		return nil, err
 	}
 	patcher := cfg.Patcher
@@ -946,32 +963,56 @@ func (w *world) newStack(cfg stackConfig) (*stack, error) {
 		if client == nil {
 			client = w.cp.AdminConfig()
 		}
-		if patcher, err = statuspatch.NewStatusPatcherForConfig(client, routeGVR, fieldManager); err != nil {
-			q.Close()
+		if patcher, err = statuspatch.NewMergePatcher(client, routeGVR, fieldManager); err != nil {
 			return nil, err
 		}
 	}
-	s := &stack{queue: q, reconciler: rc, errs: make(chan error, 2)}
-	if s.dispatcher, err = statuspatch.NewDispatcher(q, src, comp, s.rec.wrap(patcher), cfg.Leader, opts); err != nil {
-		q.Close()
+	if s.dispatcher, err = pipeline.NewDispatcher(s.queue, src, comp, s.rec.wrap(patcher), l, opts, s.metrics); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-// start runs the dispatcher, and the reconciler's own loop when
-// runReconciler is set (otherwise the benchmark drives passes with
-// ReconcileAll).
-func (s *stack) start(runReconciler bool) {
-	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
-	s.wg.Go(func() { s.errs <- s.dispatcher.Run(ctx) })
-	if runReconciler {
-		s.wg.Go(func() { s.errs <- s.reconciler.Run(ctx) })
+// start registers the instruments, runs the dispatcher, and the
+// reconciler's own loop when runReconciler is set (otherwise the benchmark
+// drives passes with ReconcileAll). With a Claimer of its own, it runs it
+// first and returns once it leads (the first claim on a free Lease takes
+// a few hundred milliseconds at most).
+func (s *stack) start(ctx context.Context, runReconciler bool) error {
+	unregister, err := s.metrics.Register(s.queue, s.reconciler.Stats, s.dispatcher.Stats)
+	if err != nil {
+		return err
 	}
+	s.unregister = unregister
+	if s.claimer != nil {
+		claimCtx, cancel := context.WithCancel(context.Background())
+		s.claimCancel, s.claimDone = cancel, make(chan error, 1)
+		go func() { s.claimDone <- s.claimer.Run(claimCtx) }()
+		err := poll(ctx, 5*time.Millisecond, "the stack's claimer leading", func() error {
+			if err := s.claimer.Ready(); err != nil {
+				return err
+			}
+			if !s.claimer.Current().IsCurrentFor(s.claimer.Identity(), time.Now()) {
+				return errors.New("not leading yet")
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	s.wg.Go(func() { s.errs <- s.dispatcher.Run(runCtx) })
+	if runReconciler {
+		s.wg.Go(func() { s.errs <- s.reconciler.Run(runCtx) })
+	}
+	return nil
 }
 
-// stop stops what start started and closes the queue.
+// stop stops what start started — the reconciler and the dispatcher, then
+// the queue, then the stack's own Claimer (which vacates the Lease if every
+// call was answered) — and unregisters the instruments.
 func (s *stack) stop() error {
 	if s.cancel != nil {
 		s.cancel()
@@ -982,6 +1023,15 @@ func (s *stack) stop() error {
 	var errs []error
 	for err := range s.errs {
 		errs = append(errs, err)
+	}
+	if s.claimCancel != nil {
+		s.claimCancel()
+		if err := <-s.claimDone; err != nil && !errors.Is(err, context.Canceled) {
+			errs = append(errs, fmt.Errorf("the stack's claimer: %w", err))
+		}
+	}
+	if s.unregister != nil {
+		s.unregister()
 	}
 	return errors.Join(errs...)
 }

@@ -27,6 +27,7 @@ import (
 
 	"github.com/quietpatch/quietpatch/e2e/cluster"
 	"github.com/quietpatch/quietpatch/e2e/examplee2e"
+	"github.com/quietpatch/quietpatch/internal/base"
 	"github.com/quietpatch/quietpatch/statuspatch"
 	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
@@ -89,7 +90,7 @@ func timeoutParam(e auditv1.Event) string {
 }
 
 // TestHeldWriteDoesNotLandAfterTheSuccessorAcquired: replica a (a
-// leader.Claimer and a statuspatch.Dispatcher) reaches the API server
+// leader.Claimer and quietpatch's dispatcher) reaches the API server
 // through two fault proxies, one for its Lease, one for its status
 // patches; replica b, a claimer only, connects directly. Once a leads and
 // its patches land, a's Lease requests stall (its claim runs out, b
@@ -512,7 +513,7 @@ func TestFencedFieldManagersStayBounded(t *testing.T) {
 	}
 	route := createRoutes(t, ctx, cp, ns, 1)[0]
 	nn := routeName(route)
-	rc, err := statuspatch.NewStatusPatcherForConfig(cp.AdminConfig(), routesGVR, "quietpatch-e2e")
+	rc, err := statuspatch.NewMergePatcher(cp.AdminConfig(), routesGVR, "quietpatch-e2e")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -528,7 +529,8 @@ func TestFencedFieldManagersStayBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err = p.Patch(statuspatch.WithWriteClaim(cctx, statuspatch.WriteClaim{
+		// As the dispatcher carries each call's claim.
+		err = p.Patch(context.WithValue(cctx, base.WriteClaimKey{}, statuspatch.WriteClaim{
 			Identity: fmt.Sprintf("pod-%d_%08x", i, i), LeaseNamespace: ns, LeaseName: "quietpatch-httproute-status-shard-7-of-8", Epoch: int64(i + 1),
 		}), mp)
 		cancel()

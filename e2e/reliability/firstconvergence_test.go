@@ -21,10 +21,11 @@ import (
 // calls in flight, each status PATCH delayed by kneeLatency in a
 // FaultProxy) converges QP_RELIABILITY_KNEE_ROUTES routes (default 2,000)
 // for the first time: about routes × (kneeLatency + the server's time) /
-// 4, some 15–25 s. Its claim is current before its informer lists the
-// routes, so the informer's initial Adds reach the pipeline while it leads
-// (as they do at 30,000 routes and more, when their delivery outlasts the
-// Lease acquisition). Once a fifth of the routes has its status, the test
+// 4, some 15–25 s. Its Source holds the informer's initial Adds back from
+// the pipeline's event handler until the pipeline leads, so that they
+// reach it while it leads (as they do at 30,000 routes and more, when
+// their delivery outlasts the Lease acquisition). Once a fifth of the
+// routes has its status, the test
 // edits kneeEdits of those: each edit's status must be written within
 // kneeBound — a few calls in the fresh lane, with slack for two loaded
 // cores —, long before the convergence ends. With the initial Adds in the

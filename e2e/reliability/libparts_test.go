@@ -1,8 +1,9 @@
 package reliability_test
 
 // This file holds every use the reliability tests make of the library's API
-// directly (packages quietpatch, leader and statuspatch): the API is being reshaped, and
-// this is the one place to adapt.
+// directly (packages quietpatch, leader and statuspatch, and the internal
+// parts the dispatcher is built from): the API is being reshaped, and this is
+// the one place to adapt.
 
 import (
 	"context"
@@ -17,12 +18,14 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gwinformers "sigs.k8s.io/gateway-api/pkg/client/informers/externalversions"
 
 	"github.com/quietpatch/quietpatch"
 	"github.com/quietpatch/quietpatch/e2e/cluster"
-	"github.com/quietpatch/quietpatch/e2e/examplee2e"
+	"github.com/quietpatch/quietpatch/internal/pipeline"
+	"github.com/quietpatch/quietpatch/internal/queue"
 	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch"
 	"github.com/quietpatch/quietpatch/statuspatch/outcome"
@@ -36,21 +39,22 @@ type libConfig struct {
 	// Leases is the client configuration of the claimer.
 	Leases *rest.Config
 	// Status, if set, is the client configuration of a dispatcher that
-	// applies HTTPRoute status merge patches (statuspatch.DynamicStatusPatcher)
+	// applies HTTPRoute status merge patches (statuspatch.MergePatcher)
 	// with Workers in flight and PatchTimeout; nil: a claimer only.
 	Status       *rest.Config
 	Workers      int
 	PatchTimeout time.Duration
 	// Fence makes the patcher name its writer in every write
-	// (statuspatch.DynamicStatusPatcher.WithFence); Logger, if set,
+	// (statuspatch.MergePatcher.WithFence); Logger, if set,
 	// receives the dispatcher's and the fence check's logs.
 	Fence  bool
 	Logger *slog.Logger
 }
 
 // libReplica is one replica built from the library's parts: a
-// leader.Claimer and, optionally, a statuspatch.PatchQueue of route keys
-// drained by a statuspatch.Dispatcher. There is no reconciler: patchRoute
+// leader.Claimer and, optionally, a queue of route keys (internal/queue,
+// statuspatch.PatchQueue's) drained by a dispatcher (internal/pipeline,
+// quietpatch.New's) following the claimer. There is no reconciler: patchRoute
 // says what a route's status should be and queues its key; the dispatcher
 // builds the patch when it serves the key, from the route as patchRoute
 // was given it (its resourceVersion is the precondition), under the claim
@@ -59,8 +63,8 @@ type libReplica struct {
 	t       *testing.T
 	id      string
 	claimer *leader.Claimer
-	queue   *statuspatch.PatchQueue[types.NamespacedName]
-	stats   func() statuspatch.DispatcherStats // nil without a dispatcher
+	queue   *queue.Queue[types.NamespacedName]
+	stats   func() pipeline.DispatcherStats // nil without a dispatcher
 	cancel  context.CancelFunc
 	done    chan struct{} // closed once every Run has returned
 
@@ -93,18 +97,18 @@ func startLibReplica(t *testing.T, cfg libConfig) *libReplica {
 	r := &libReplica{t: t, id: cfg.Identity, claimer: c, done: make(chan struct{}), routes: map[types.NamespacedName]wanted{}}
 	runs := []func(context.Context) error{c.Run}
 	if cfg.Status != nil {
-		patcher, err := statuspatch.NewStatusPatcherForConfig(cfg.Status, routesGVR, "quietpatch-e2e-"+cfg.Identity)
+		patcher, err := statuspatch.NewMergePatcher(cfg.Status, routesGVR, "quietpatch-e2e-"+cfg.Identity)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if cfg.Fence {
 			patcher = patcher.WithFence(cfg.Logger)
 		}
-		opts := statuspatch.Options{Name: cfg.Identity, Capacity: 1000, PatchTimeout: cfg.PatchTimeout, Workers: cfg.Workers, Logger: cfg.Logger}
-		if r.queue, err = statuspatch.NewPatchQueue[types.NamespacedName](opts); err != nil {
-			t.Fatal(err)
-		}
-		d, err := statuspatch.NewDispatcher(r.queue, libSource{r}, libComputer(r), patcher, c, opts)
+		// Lease: the WriteClaim of every call names it (the fence).
+		opts := pipeline.Options{Name: cfg.Identity, Capacity: 1000, PatchTimeout: cfg.PatchTimeout, Workers: cfg.Workers, Logger: cfg.Logger,
+			Lease: types.NamespacedName{Namespace: cfg.Namespace, Name: cfg.Lease}}
+		r.queue = queue.New[types.NamespacedName](opts.Capacity, clock.RealClock{})
+		d, err := pipeline.NewDispatcher(r.queue, libSource{r}, libComputer(r), patcher, c, opts, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -152,7 +156,7 @@ func (s libSource) Get(key types.NamespacedName) (wanted, bool, error) {
 // libComputer wants the parents patchRoute gave; every key queued is
 // sent (Equal is false): the test decides what to write.
 func libComputer(r *libReplica) statuspatch.StatusComputer[wanted, []gatewayv1.RouteParentStatus, statuspatch.MergePatch] {
-	return statuspatch.ComputerFuncs[wanted, []gatewayv1.RouteParentStatus, statuspatch.MergePatch]{
+	return pipeline.ComputerFuncs[wanted, []gatewayv1.RouteParentStatus, statuspatch.MergePatch]{
 		KeyFunc: func(w wanted) types.NamespacedName {
 			return types.NamespacedName{Namespace: w.route.Namespace, Name: w.route.Name}
 		},
@@ -183,7 +187,7 @@ func (r *libReplica) patchRoute(route *gatewayv1.HTTPRoute, parents []gatewayv1.
 	r.mu.Lock()
 	r.routes[key] = wanted{route: route, parents: parents}
 	r.mu.Unlock()
-	return r.queue.Add(key, statuspatch.LaneFresh)
+	return r.queue.Add(key, queue.LaneFresh)
 }
 
 // relinquish gives the Lease up on purpose, staying out of the race for
@@ -214,11 +218,13 @@ type kneeConfig struct {
 
 // kneePipeline is a quietpatch.Controller of every HTTPRoute whose status
 // is one parent entry of Controller with the message "edit=<the value of
-// kneeAnnotation>" ("none" without it). Its claimer (Config.Observer) leads
-// before the routes' informer starts.
+// kneeAnnotation>" ("none" without it). Its Source holds the informer's
+// initial Adds back from the pipeline's event handler until the pipeline
+// leads (heldSource): they reach it while it leads, as they do at 30,000
+// routes and more, when their delivery outlasts the Lease acquisition.
 type kneePipeline struct {
 	inf  cache.SharedIndexInformer
-	comp statuspatch.ComputerFuncs[*gatewayv1.HTTPRoute, string, statuspatch.MergePatch]
+	comp pipeline.ComputerFuncs[*gatewayv1.HTTPRoute, string, statuspatch.MergePatch]
 	ctrl *quietpatch.Controller[*gatewayv1.HTTPRoute, string, statuspatch.MergePatch]
 }
 
@@ -231,24 +237,7 @@ func startKneePipeline(t *testing.T, ctx context.Context, cp *cluster.ControlPla
 	if err != nil {
 		t.Fatal(err)
 	}
-	claimer, err := leader.NewClaimer(leases, leader.Config{Namespace: cfg.Namespace, Name: cfg.Lease, Identity: "knee-0",
-		LeaseDuration: 15 * time.Second, RetryPeriod: 250 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	wg.Go(func() { _ = claimer.Run(runCtx) })
-	if err := examplee2e.Poll(ctx, 20*time.Millisecond, func(context.Context) error {
-		if !claimer.Current().IsCurrentFor("knee-0", time.Now()) {
-			return errors.New("the claimer does not lead yet")
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	patcher, err := statuspatch.NewStatusPatcherForConfig(status, routesGVR, "quietpatch-e2e-knee")
+	patcher, err := statuspatch.NewMergePatcher(status, routesGVR, "quietpatch-e2e-knee")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +250,7 @@ func startKneePipeline(t *testing.T, ctx context.Context, cp *cluster.ControlPla
 		}
 		return ""
 	}
-	p.comp = statuspatch.ComputerFuncs[*gatewayv1.HTTPRoute, string, statuspatch.MergePatch]{
+	p.comp = pipeline.ComputerFuncs[*gatewayv1.HTTPRoute, string, statuspatch.MergePatch]{
 		KeyFunc:     func(r *gatewayv1.HTTPRoute) types.NamespacedName { return routeName(r) },
 		CurrentFunc: message,
 		DesiredFunc: func(r *gatewayv1.HTTPRoute) (string, error) {
@@ -281,9 +270,16 @@ func startKneePipeline(t *testing.T, ctx context.Context, cp *cluster.ControlPla
 			}}})
 		},
 	}
-	if p.ctrl, err = quietpatch.New(source.FromInformer[*gatewayv1.HTTPRoute](p.inf), p.comp, patcher, quietpatch.Config{
-		Options:  statuspatch.Options{Name: "knee", Interval: time.Minute, Workers: 4, PatchTimeout: 5 * time.Second},
-		Observer: claimer,
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	src := heldSource{Source: source.FromInformer[*gatewayv1.HTTPRoute](p.inf), inf: p.inf, ctx: runCtx,
+		leading: func() bool { return p.ctrl.Leading() }}
+	if p.ctrl, err = quietpatch.New(src, p.comp, patcher, quietpatch.Config{
+		Name: "knee", Interval: time.Minute, Workers: 4, PatchTimeout: 5 * time.Second,
+		Leases: leases,
+		Lease: leader.Config{Namespace: cfg.Namespace, Name: cfg.Lease, Identity: "knee-0",
+			LeaseDuration: 15 * time.Second, RetryPeriod: 250 * time.Millisecond},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -294,6 +290,35 @@ func startKneePipeline(t *testing.T, ctx context.Context, cp *cluster.ControlPla
 		}
 	})
 	return p
+}
+
+// heldSource is a pipeline's Source over an informer that is itself the
+// Informer quietpatch.New registers its event handler on: the handler gets
+// the informer's initial Adds only once leading reports true (or ctx
+// ends), the rest at once. HasSynced is the informer's own: the pipeline
+// syncs, then competes for the Lease, while the handler still waits for
+// the initial list. It has no Informer method, so that New takes it as
+// the Informer.
+type heldSource struct {
+	statuspatch.Source[*gatewayv1.HTTPRoute]
+	inf     cache.SharedIndexInformer
+	ctx     context.Context
+	leading func() bool
+}
+
+func (s heldSource) HasSynced() bool { return s.inf.HasSynced() }
+
+func (s heldSource) AddEventHandler(h cache.ResourceEventHandler) (cache.ResourceEventHandlerRegistration, error) {
+	return s.inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, isInInitialList bool) {
+			for isInInitialList && !s.leading() && s.ctx.Err() == nil {
+				time.Sleep(time.Millisecond)
+			}
+			h.OnAdd(obj, isInInitialList)
+		},
+		UpdateFunc: h.OnUpdate,
+		DeleteFunc: h.OnDelete,
+	})
 }
 
 // written returns the keys of the routes, as the pipeline's cache has them,

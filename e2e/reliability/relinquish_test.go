@@ -18,8 +18,8 @@ import (
 // TestRelinquishNoStatusWriteAfterVacate checks the promise "no status
 // write lands after our vacate or after the successor's acquisition" for a
 // replica built from the library's parts (a leader.Claimer, a
-// statuspatch.PatchQueue of route keys and a statuspatch.Dispatcher with a
-// DynamicStatusPatcher) that gives the Lease up with Relinquish while
+// queue of route keys and quietpatch's dispatcher (internal/pipeline) with a
+// MergePatcher) that gives the Lease up with Relinquish while
 // status patches are in flight: new calls stop and queued keys are
 // dropped, the calls in flight run until the API server answers, and the
 // Lease is vacated only once every call got its answer (after a call that

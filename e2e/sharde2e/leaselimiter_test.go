@@ -21,6 +21,7 @@ import (
 
 	"github.com/quietpatch/quietpatch"
 	"github.com/quietpatch/quietpatch/e2e/examplee2e"
+	"github.com/quietpatch/quietpatch/internal/pipeline"
 	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch"
 )
@@ -117,7 +118,7 @@ func TestShardLeasesNeverWaitInTheClientLimiter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	patcher, err := statuspatch.NewStatusPatcherForConfig(cfg, routesGVR, "quietpatch-e2e-lease-limiter")
+	patcher, err := statuspatch.NewMergePatcher(cfg, routesGVR, "quietpatch-e2e-lease-limiter")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +130,7 @@ func TestShardLeasesNeverWaitInTheClientLimiter(t *testing.T) {
 		},
 	}
 	// Statuses are left alone: the test is about the Lease traffic.
-	comp := statuspatch.ComputerFuncs[*gatewayv1.HTTPRoute, gatewayv1.HTTPRouteStatus, statuspatch.MergePatch]{
+	comp := pipeline.ComputerFuncs[*gatewayv1.HTTPRoute, gatewayv1.HTTPRouteStatus, statuspatch.MergePatch]{
 		KeyFunc: func(r *gatewayv1.HTTPRoute) types.NamespacedName {
 			return types.NamespacedName{Namespace: r.Namespace, Name: r.Name}
 		},
@@ -141,10 +142,10 @@ func TestShardLeasesNeverWaitInTheClientLimiter(t *testing.T) {
 		},
 	}
 	s, err := quietpatch.NewSharded(lw, comp, patcher, quietpatch.Config{
-		Options: statuspatch.Options{Name: "lease-limiter"},
-		Leases:  leases,
-		Lease:   leader.Config{Namespace: ns, Name: leaseName, Identity: "ll-a", LeaseDuration: leaseDuration},
-		Shards:  k,
+		Name:   "lease-limiter",
+		Leases: leases,
+		Lease:  leader.Config{Namespace: ns, Name: leaseName, Identity: "ll-a", LeaseDuration: leaseDuration},
+		Shards: k,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -45,21 +45,21 @@ type PatcherFunc[P any] func(ctx context.Context, patch P) error
 // Patch calls f(ctx, patch).
 func (f PatcherFunc[P]) Patch(ctx context.Context, patch P) error { return f(ctx, patch) }
 
-// validate names the first nil field.
-func validateFuncs[O, S, P any](f ComputerFuncs[O, S, P]) error {
+// missing names the first nil field of f, "" if none.
+func (f ComputerFuncs[O, S, P]) missing() string {
 	switch {
 	case f.KeyFunc == nil:
-		return fmt.Errorf("ComputerFuncs.KeyFunc must be set")
+		return "KeyFunc"
 	case f.CurrentFunc == nil:
-		return fmt.Errorf("ComputerFuncs.CurrentFunc must be set")
+		return "CurrentFunc"
 	case f.DesiredFunc == nil:
-		return fmt.Errorf("ComputerFuncs.DesiredFunc must be set")
+		return "DesiredFunc"
 	case f.EqualFunc == nil:
-		return fmt.Errorf("ComputerFuncs.EqualFunc must be set")
+		return "EqualFunc"
 	case f.PatchFunc == nil:
-		return fmt.Errorf("ComputerFuncs.PatchFunc must be set")
+		return "PatchFunc"
 	}
-	return nil
+	return ""
 }
 
 // safeDiff returns cmp.Diff(current, desired, opts...), or a note when go-cmp

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -82,21 +83,21 @@ type DispatcherStats struct {
 // pass finds the object still changed. Its in-flight state is one value
 // under one lock (flight). Build one with [NewDispatcher]; Run it once.
 type Dispatcher[O, S, P any] struct {
-	queue   *queue.Queue[types.NamespacedName]
-	src     statuspatch.Source[O]
-	comp    statuspatch.StatusComputer[O, S, P]
-	patcher statuspatch.Patcher[P]
-	leader  Leader
-	writer  statuspatch.WriteClaim // without the epoch
-	opts    Options
-	metrics *Metrics
-	flight  *flight
-	life    base.Lifecycle
+	queue    *queue.Queue[types.NamespacedName]
+	src      statuspatch.Source[O]
+	comp     statuspatch.StatusComputer[O, S, P]
+	patcher  statuspatch.Patcher[P]
+	versions statuspatch.VersionPatcher[P] // patcher, if it reports versions; else nil
+	leader   Leader
+	writer   statuspatch.WriteClaim // without the epoch
+	opts     Options
+	metrics  *Metrics
+	flight   *flight
+	life     base.Lifecycle
 
-	patches    base.Counters[outcome.Outcome]
-	dropped    base.Counters[string] // by reason (dropReasons)
-	unanswered atomic.Int64
-	lastWarn   map[outcome.Outcome]*atomic.Int64 // unix nanos of the last warning, by outcome
+	patches  base.Counters[outcome.Outcome]
+	dropped  base.Counters[string]             // by reason (dropReasons)
+	lastWarn map[outcome.Outcome]*atomic.Int64 // unix nanos of the last warning, by outcome
 }
 
 // NewDispatcher returns a dispatcher of q's keys, whose objects it gets
@@ -116,19 +117,18 @@ func NewDispatcher[O, S, P any](q *queue.Queue[types.NamespacedName], src status
 		return nil, &base.ConfigError{Field: "Patcher", Reason: "must not be nil"}
 	}
 	writer := statuspatch.WriteClaim{Identity: l.Identity(), LeaseNamespace: opts.Lease.Namespace, LeaseName: opts.Lease.Name}
-	if err := CheckFence(patcher, writer); err != nil {
-		return nil, err
+	if f, ok := patcher.(interface{ Fenced() bool }); ok && f.Fenced() {
+		if _, err := statuspatch.FencedFieldManager(writer); err != nil {
+			return nil, err
+		}
 	}
 	opts, err := opts.Complete()
 	if err != nil {
 		return nil, err
 	}
-	size := opts.Workers
-	if size == 0 {
-		size = opts.MaxInFlight
-	}
-	d := &Dispatcher[O, S, P]{queue: q, src: src, comp: comp, patcher: patcher, leader: l, writer: writer, opts: opts, metrics: m,
-		flight:  newFlight(newControl(opts.Clock.Now(), opts.Workers == 0, size)),
+	vp, _ := patcher.(statuspatch.VersionPatcher[P])
+	d := &Dispatcher[O, S, P]{queue: q, src: src, comp: comp, patcher: patcher, versions: vp, leader: l, writer: writer, opts: opts, metrics: m,
+		flight:  newFlight(newControl(opts.Clock.Now(), opts.Workers == 0, cmp.Or(opts.Workers, opts.MaxInFlight))),
 		patches: base.NewCounters(base.Outcomes()...), dropped: base.NewCounters(dropReasons...), lastWarn: map[outcome.Outcome]*atomic.Int64{}}
 	for _, o := range []outcome.Outcome{outcome.Forbidden, outcome.Unauthorized, outcome.Invalid, outcome.Abandoned, outcome.Timeout, outcome.Failed} {
 		d.lastWarn[o] = new(atomic.Int64) // the outcomes warned about, at most once a minute each
@@ -139,18 +139,6 @@ func NewDispatcher[O, S, P any](q *queue.Queue[types.NamespacedName], src status
 		w.AddWriter(d)
 	}
 	return d, nil
-}
-
-// CheckFence returns the error statuspatch.FencedFieldManager gives for w
-// when patcher is fenced (it has a method Fenced() bool that reports
-// true): the writer w cannot be named in a field manager the API server
-// accepts.
-func CheckFence(patcher any, w statuspatch.WriteClaim) error {
-	if f, ok := patcher.(interface{ Fenced() bool }); ok && f.Fenced() {
-		_, err := statuspatch.FencedFieldManager(w)
-		return err
-	}
-	return nil
 }
 
 // Run serves the queue until ctx ends or the queue is closed and drained,
@@ -279,12 +267,9 @@ func (d *Dispatcher[O, S, P]) Quiesce(ctx context.Context, epoch int64) bool {
 
 // Stats returns the dispatcher's counters.
 func (d *Dispatcher[O, S, P]) Stats() DispatcherStats {
-	now := d.opts.Clock.Now()
-	f := d.flight.stateAt(now)
-	return DispatcherStats{Patches: d.patches.Snapshot(), Dropped: d.dropped.Snapshot(), Echoes: f.echoed,
-		InFlight: f.inFlight, Unanswered: d.unanswered.Load(), Limit: f.ctl.size(),
-		Latency: time.Duration(f.ctl.latencyAt(now) * float64(time.Second)), DrainRate: f.ctl.drainRateAt(now),
-		Backoff: f.window, RetryAfters: f.opened}
+	s, _ := d.flight.statsAt(d.opts.Clock.Now())
+	s.Patches, s.Dropped = d.patches.Snapshot(), d.dropped.Snapshot()
+	return s
 }
 
 // Healthy returns nil while Run serves the queue; an error wrapping
@@ -295,8 +280,8 @@ func (d *Dispatcher[O, S, P]) Healthy() error {
 		return err
 	}
 	now := d.opts.Clock.Now()
-	if f := d.flight.stateAt(now); !f.oldest.IsZero() {
-		if stuck := now.Sub(f.oldest); stuck > 2*d.opts.PatchTimeout {
+	if _, oldest := d.flight.statsAt(now); !oldest.IsZero() {
+		if stuck := now.Sub(oldest); stuck > 2*d.opts.PatchTimeout {
 			return fmt.Errorf("statuspatch: a patch call has been stuck for %s (PatchTimeout %s): the Patcher does not return when its context ends",
 				stuck, d.opts.PatchTimeout)
 		}

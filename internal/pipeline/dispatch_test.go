@@ -806,6 +806,9 @@ func TestDispatchRetryAfterDoesNotStall(t *testing.T) {
 			r.add(t, "a", "b")
 			r.start(t)
 			waitFor(t, "the 429", func() bool { return r.d.Stats().RetryAfters == 1 })
+			// The window is waited out on a timer of the fake clock: step it
+			// once the timer exists, or the step comes before it.
+			waitFor(t, "the dispatcher waiting out the window", r.clock.HasWaiters)
 			r.clock.Step(time.Second)
 			waitFor(t, "the next key served after the window", func() bool { return r.outcome(t, outcome.OK) == 1 })
 		})

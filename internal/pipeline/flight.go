@@ -20,17 +20,18 @@ import (
 // end — waits for changed, which every change that can unblock a waiter
 // closes. Build it with newFlight.
 type flight struct {
-	mu      sync.Mutex
-	changed chan struct{} // made by a waiter; closed (and cleared) at the next change
-	waiting int           // goroutines waiting for a change
-	ctl     control
-	serving int                             // serves in progress, each holding a slot of the limit
-	calls   map[*call]struct{}              // calls in progress
-	epoch   *epochCalls                     // the newest epoch seen; nil before any
-	until   time.Time                       // end of the Retry-After window
-	opened  int64                           // windows honoured
-	writes  map[types.NamespacedName]*write // our writes in flight, or answered with their event to come
-	echoed  int64                           // events found to be our writes' echoes
+	mu         sync.Mutex
+	changed    chan struct{} // made by a waiter; closed (and cleared) at the next change
+	waiting    int           // goroutines waiting for a change
+	ctl        control
+	serving    int                             // serves in progress, each holding a slot of the limit
+	calls      map[*call]struct{}              // calls in progress
+	epoch      *epochCalls                     // the newest epoch seen; nil before any
+	until      time.Time                       // end of the Retry-After window
+	opened     int64                           // windows honoured
+	writes     map[types.NamespacedName]*write // our writes in flight, or answered with their event to come
+	echoed     int64                           // events found to be our writes' echoes
+	unanswered int64                           // calls that ended without an answer
 }
 
 // epochCalls are the calls of one epoch: their contexts' parent, cancelled
@@ -159,23 +160,25 @@ func (f *flight) advanceLocked(epoch int64) {
 // end ends c, a call that took latency and ended at now with err (outcome
 // o): the fence learns whether it was answered, the window opens for a
 // 429's Retry-After, the control takes the sample, and the serve's slot is
-// given back. For a versioned call, rv is the version the write produced
-// ("" if it failed or is unknown): end returns the events held meanwhile
-// that were its echo, and whether another was held (the key must be
-// served again).
-func (f *flight) end(c *call, now time.Time, latency time.Duration, err error, o outcome.Outcome, rv string, versioned bool) (echoed int64, other bool) {
+// given back. For a versioned call (begun as our write in flight), rv is
+// the version the write produced ("" if it failed or is unknown): the
+// events held meanwhile that have it are counted as its echoes, and end
+// reports whether another was held (the key must be served again).
+func (f *flight) end(c *call, now time.Time, latency time.Duration, err error, o outcome.Outcome, rv string) (other bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	inFlight := len(f.calls)
 	delete(f.calls, c)
 	if !outcome.Answered(err) {
 		c.ec.unanswered = true
+		f.unanswered++
 	}
 	f.openWindowLocked(now, err)
 	f.ctl = f.ctl.next(sample{at: now, latency: latency, outcome: o, saturated: inFlight >= f.ctl.size()})
 	f.serving--
 	f.changedLocked()
-	if w := f.writes[c.key]; versioned && w != nil && w.flying {
+	if w := f.writes[c.key]; w != nil && w.flying {
+		var echoed int64
 		for _, v := range w.held {
 			if rv != "" && v == rv {
 				echoed++
@@ -190,17 +193,11 @@ func (f *flight) end(c *call, now time.Time, latency time.Duration, err error, o
 		}
 		f.echoed += echoed
 	}
-	return echoed, other
+	return other
 }
 
-// openWindow opens the window asked for by err, the answer to a call
-// ended at now, unless one open already ends later.
-func (f *flight) openWindow(now time.Time, err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.openWindowLocked(now, err)
-}
-
+// openWindowLocked opens the window asked for by err, the answer to a
+// call ended at now, unless one open already ends later.
 func (f *flight) openWindowLocked(now time.Time, err error) {
 	if d, ok := retryAfter(err); ok {
 		if until := now.Add(d); until.After(f.until) {
@@ -276,26 +273,21 @@ func (f *flight) estimate() float64 {
 	return f.ctl.estimate
 }
 
-// flightState is what Stats and Healthy report of a flight.
-type flightState struct {
-	inFlight int
-	oldest   time.Time // when the oldest call in flight began; zero without any
-	window   time.Duration
-	opened   int64
-	echoed   int64
-	ctl      control
-}
-
-func (f *flight) stateAt(now time.Time) flightState {
+// statsAt returns the flight's part of the dispatcher's stats at now
+// (all but Patches and Dropped), and when the oldest call in flight began
+// (zero without any).
+func (f *flight) statsAt(now time.Time) (s DispatcherStats, oldest time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	s := flightState{inFlight: len(f.calls), window: max(f.until.Sub(now), 0), opened: f.opened, echoed: f.echoed, ctl: f.ctl}
+	s = DispatcherStats{Echoes: f.echoed, InFlight: len(f.calls), Unanswered: f.unanswered, Limit: f.ctl.size(),
+		Latency: time.Duration(f.ctl.latencyAt(now) * float64(time.Second)), DrainRate: f.ctl.drainRateAt(now),
+		Backoff: max(f.until.Sub(now), 0), RetryAfters: f.opened}
 	for c := range f.calls {
-		if s.oldest.IsZero() || c.began.Before(s.oldest) {
-			s.oldest = c.began
+		if oldest.IsZero() || c.began.Before(oldest) {
+			oldest = c.began
 		}
 	}
-	return s
+	return s, oldest
 }
 
 // retryAfter returns the delay a throttled call's answer asks for: a 429

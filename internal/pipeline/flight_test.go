@@ -50,7 +50,15 @@ func finish(f *flight, c *call, answered bool) {
 	if !answered {
 		err = context.DeadlineExceeded
 	}
-	f.end(c, limT0, time.Millisecond, err, outcome.Of(err), "", false)
+	f.end(c, limT0, time.Millisecond, err, outcome.Of(err), "")
+}
+
+// openWindow opens the window err asks for at now, as the end of a call
+// answered with err does.
+func openWindow(f *flight, now time.Time, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.openWindowLocked(now, err)
 }
 
 // claimIs is what the fence is told the current claim is.
@@ -153,12 +161,12 @@ func TestFlightEpochs(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.begin(types.NamespacedName{Name: "b"}, 1, limT0.Add(time.Second), false)
-		if s := f.stateAt(limT0); s.inFlight != 2 || !s.oldest.Equal(limT0) {
-			t.Errorf("state: %d in flight, oldest %v; want 2, %v", s.inFlight, s.oldest, limT0)
+		if s, oldest := f.statsAt(limT0); s.InFlight != 2 || !oldest.Equal(limT0) {
+			t.Errorf("state: %d in flight, oldest %v; want 2, %v", s.InFlight, oldest, limT0)
 		}
 		finish(f, c1, true)
-		if s := f.stateAt(limT0); s.inFlight != 1 || !s.oldest.Equal(limT0.Add(time.Second)) {
-			t.Errorf("state after an end: %d in flight, oldest %v", s.inFlight, s.oldest)
+		if s, oldest := f.statsAt(limT0); s.InFlight != 1 || !oldest.Equal(limT0.Add(time.Second)) {
+			t.Errorf("state after an end: %d in flight, oldest %v", s.InFlight, oldest)
 		}
 	})
 }
@@ -269,20 +277,20 @@ func TestFlightQuiesce(t *testing.T) {
 // once, and a shorter one inside it changes nothing.
 func TestFlightWindow(t *testing.T) {
 	f := newFixedFlight(1)
-	f.openWindow(limT0, apierrors.NewTooManyRequests("slow down", 2))
-	f.openWindow(limT0.Add(500*time.Millisecond), apierrors.NewTooManyRequests("slow down", 1)) // ends earlier
-	f.openWindow(limT0, apierrors.NewConflict(schema.GroupResource{}, "x", errors.New("changed")))
+	openWindow(f, limT0, apierrors.NewTooManyRequests("slow down", 2))
+	openWindow(f, limT0.Add(500*time.Millisecond), apierrors.NewTooManyRequests("slow down", 1)) // ends earlier
+	openWindow(f, limT0, apierrors.NewConflict(schema.GroupResource{}, "x", errors.New("changed")))
 	for _, tc := range []struct {
 		after time.Duration
 		left  time.Duration
 	}{{0, 2 * time.Second}, {500 * time.Millisecond, 1500 * time.Millisecond}, {1999 * time.Millisecond, time.Millisecond}, {2 * time.Second, 0}, {time.Hour, 0}} {
-		if s := f.stateAt(limT0.Add(tc.after)); s.window != tc.left || s.opened != 1 {
-			t.Errorf("at +%v: %v left, %d windows; want %v, 1", tc.after, s.window, s.opened, tc.left)
+		if s, _ := f.statsAt(limT0.Add(tc.after)); s.Backoff != tc.left || s.RetryAfters != 1 {
+			t.Errorf("at +%v: %v left, %d windows; want %v, 1", tc.after, s.Backoff, s.RetryAfters, tc.left)
 		}
 	}
-	f.openWindow(limT0.Add(time.Second), apierrors.NewTooManyRequests("slow down", 3)) // ends later
-	if s := f.stateAt(limT0.Add(time.Second)); s.window != 3*time.Second || s.opened != 2 {
-		t.Errorf("after a longer window: %v left, %d windows; want 3s, 2", s.window, s.opened)
+	openWindow(f, limT0.Add(time.Second), apierrors.NewTooManyRequests("slow down", 3)) // ends later
+	if s, _ := f.statsAt(limT0.Add(time.Second)); s.Backoff != 3*time.Second || s.RetryAfters != 2 {
+		t.Errorf("after a longer window: %v left, %d windows; want 3s, 2", s.Backoff, s.RetryAfters)
 	}
 }
 
@@ -295,15 +303,15 @@ func TestWindowWait(t *testing.T) {
 	if err := r.d.waitWindow(bg); err != nil {
 		t.Fatalf("wait with no window: %v", err)
 	}
-	r.d.flight.openWindow(clk.Now(), apierrors.NewTooManyRequests("x", 1))
+	openWindow(r.d.flight, clk.Now(), apierrors.NewTooManyRequests("x", 1))
 	res := make(chan error, 2)
 	for range 2 {
 		go func() { res <- r.d.waitWindow(bg) }()
 	}
 	pollUntil(t, "the waiters' timers", func() bool { return clk.Waiters() == 2 })
 	clk.Step(500 * time.Millisecond)
-	r.d.flight.openWindow(clk.Now(), apierrors.NewTooManyRequests("x", 1)) // now until +1.5s
-	clk.Step(500 * time.Millisecond)                                       // the first window's end
+	openWindow(r.d.flight, clk.Now(), apierrors.NewTooManyRequests("x", 1)) // now until +1.5s
+	clk.Step(500 * time.Millisecond)                                        // the first window's end
 	pollUntil(t, "the waiters waiting for the moved window", func() bool { return clk.Waiters() == 2 })
 	select {
 	case err := <-res:
@@ -321,7 +329,7 @@ func TestWindowWait(t *testing.T) {
 			t.Fatal("a waiter still waits after the window")
 		}
 	}
-	r.d.flight.openWindow(clk.Now(), apierrors.NewTooManyRequests("x", 1))
+	openWindow(r.d.flight, clk.Now(), apierrors.NewTooManyRequests("x", 1))
 	ctx, cancel := context.WithCancel(bg)
 	cancel()
 	if err := r.d.waitWindow(ctx); !errors.Is(err, context.Canceled) {

@@ -59,12 +59,21 @@ var objResults = []string{objUnchanged, objChanged, objError}
 type Metrics struct {
 	in               *telemetry.Instruments
 	call, pass, wait metric.Float64Histogram
-	callOpts         map[outcome.Outcome]metric.RecordOption
-	passOpts         map[string]metric.RecordOption
-	waitOpts         []metric.RecordOption // made once: a variadic argument built per call allocates
+	outcomes         map[outcome.Outcome]metric.MeasurementOption // of call and dispatch.patches
+	passes           map[string]metric.MeasurementOption          // of pass and reconcile.passes
+	waitOpts         []metric.RecordOption                        // made once: a variadic argument built per call allocates
 	queue            func(ob metric.Observer, q queue.Stats, capacity int)
 	reconciler       func(ob metric.Observer, r ReconcilerStats)
 	dispatcher       func(ob metric.Observer, d DispatcherStats)
+}
+
+// sets returns, for each key, the attributes of in plus attr=key.
+func sets[K ~string](in *telemetry.Instruments, attr string, keys ...K) map[K]metric.MeasurementOption {
+	m := make(map[K]metric.MeasurementOption, len(keys))
+	for _, k := range keys {
+		m[k] = in.Set(attribute.String(attr, string(k)))
+	}
+	return m
 }
 
 // NewMetrics creates a pipeline's instruments on m, every data point with
@@ -74,12 +83,12 @@ func NewMetrics(m metric.Meter, o Options) *Metrics {
 	if in == nil {
 		return nil
 	}
-	x := &Metrics{in: in, callOpts: map[outcome.Outcome]metric.RecordOption{}, passOpts: map[string]metric.RecordOption{},
+	plain := in.Set()
+	x := &Metrics{in: in, outcomes: sets(in, outcomeAttr, base.Outcomes()...), passes: sets(in, resultAttr, passResults...),
 		call:     in.Histogram("quietpatch.dispatch.duration", "Duration of status patch calls, by outcome.", callBuckets...),
 		pass:     in.Histogram("quietpatch.reconcile.duration", "Duration of reconcile passes, by result.", passBuckets...),
 		wait:     in.Histogram("quietpatch.queue.wait", "Time a key waited in the queue: from its first add to its delivery.", waitBuckets...),
-		waitOpts: []metric.RecordOption{in.Set()}}
-	plain := in.Set()
+		waitOpts: []metric.RecordOption{plain}}
 
 	enq := in.Counter("quietpatch.queue.enqueued", "{key}", "Keys added, including those that were waiting already (superseded).")
 	deq := in.Counter("quietpatch.queue.dequeued", "{key}", "Keys delivered to a worker.")
@@ -88,19 +97,12 @@ func NewMetrics(m metric.Meter, o Options) *Metrics {
 	depth := in.Gauge("quietpatch.queue.depth", "{key}", "Keys waiting in the queue.")
 	peak := in.FloatGauge("quietpatch.queue.depth.peak_ewma", "{key}", "Peak-EWMA of the keys waiting: jumps to every peak, decays with a 10 s time constant.")
 	capG := in.Gauge("quietpatch.queue.capacity", "{key}", "Capacity of each lane of the queue.")
-	full, closed := in.Set(attribute.String(reasonAttr, "full")), in.Set(attribute.String(reasonAttr, "closed"))
+	refused := sets(in, reasonAttr, "full", "closed")
 
 	passes := in.Counter("quietpatch.reconcile.passes", "{pass}", "Reconcile passes, by result: completed, halted (a lane at capacity), not_leader, error (listing failed), canceled, closed (queue closed).")
 	objects := in.Counter("quietpatch.reconcile.objects", "{object}", "Objects compared by passes, by result: unchanged, changed (key queued), error.")
 	halted := in.Counter("quietpatch.reconcile.halted", "{pass}", "Passes halted because the pass lane was at capacity.")
-	passSets, objSets := map[string]metric.MeasurementOption{}, map[string]metric.MeasurementOption{}
-	for _, r := range passResults {
-		passSets[r] = in.Set(attribute.String(resultAttr, r))
-		x.passOpts[r] = passSets[r]
-	}
-	for _, r := range objResults {
-		objSets[r] = in.Set(attribute.String(resultAttr, r))
-	}
+	objSets := sets(in, resultAttr, objResults...)
 
 	patches := in.Counter("quietpatch.dispatch.patches", "{patch}", "Status patch calls, by outcome.")
 	dropped := in.Counter("quietpatch.dispatch.dropped", "{key}", "Keys dequeued and not sent, by reason.")
@@ -110,28 +112,20 @@ func NewMetrics(m metric.Meter, o Options) *Metrics {
 	limit := in.Gauge("quietpatch.dispatch.limit", "{patch}", "Patch calls allowed in flight: fixed, or the adaptive limit.")
 	backoff := in.FloatGauge("quietpatch.dispatch.backoff", "s", "Time left before any patch call may start, after a 429 with Retry-After.")
 	retry := in.Counter("quietpatch.dispatch.retry_after", "{wait}", "Retry-After windows of 429 answers honoured: no call started inside them.")
-	outSets := map[outcome.Outcome]metric.MeasurementOption{}
-	for _, oc := range base.Outcomes() {
-		outSets[oc] = in.Set(attribute.String(outcomeAttr, string(oc)))
-		x.callOpts[oc] = outSets[oc]
-	}
-	dropSets := map[string]metric.MeasurementOption{}
-	for _, r := range dropReasons {
-		dropSets[r] = in.Set(attribute.String(reasonAttr, r))
-	}
+	dropSets := sets(in, reasonAttr, dropReasons...)
 
 	x.queue = func(ob metric.Observer, q queue.Stats, c int) {
 		ob.ObserveInt64(enq, q.Enqueued, plain)
 		ob.ObserveInt64(deq, q.Dequeued, plain)
 		ob.ObserveInt64(sup, q.Coalesced, plain)
-		ob.ObserveInt64(drop, q.DroppedFull, full)
-		ob.ObserveInt64(drop, q.DroppedClosed, closed)
+		ob.ObserveInt64(drop, q.DroppedFull, refused["full"])
+		ob.ObserveInt64(drop, q.DroppedClosed, refused["closed"])
 		ob.ObserveInt64(depth, int64(q.Depth), plain)
 		ob.ObserveFloat64(peak, q.DepthPeak, plain)
 		ob.ObserveInt64(capG, int64(c), plain)
 	}
 	x.reconciler = func(ob metric.Observer, r ReconcilerStats) {
-		for res, set := range passSets {
+		for res, set := range x.passes {
 			ob.ObserveInt64(passes, r.Passes[res], set)
 		}
 		for res, set := range objSets {
@@ -140,7 +134,7 @@ func NewMetrics(m metric.Meter, o Options) *Metrics {
 		ob.ObserveInt64(halted, r.Halted, plain)
 	}
 	x.dispatcher = func(ob metric.Observer, d DispatcherStats) {
-		for oc, set := range outSets {
+		for oc, set := range x.outcomes {
 			ob.ObserveInt64(patches, d.Patches[oc], set)
 		}
 		for res, set := range dropSets {
@@ -181,13 +175,13 @@ func (x *Metrics) Register(q *queue.Queue[types.NamespacedName], rec func() Reco
 
 func (x *Metrics) recordCall(o outcome.Outcome, d time.Duration) {
 	if x != nil {
-		x.call.Record(context.Background(), d.Seconds(), x.callOpts[o])
+		x.call.Record(context.Background(), d.Seconds(), x.outcomes[o])
 	}
 }
 
 func (x *Metrics) recordPass(result string, d time.Duration) {
 	if x != nil {
-		x.pass.Record(context.Background(), d.Seconds(), x.passOpts[result])
+		x.pass.Record(context.Background(), d.Seconds(), x.passes[result])
 	}
 }
 

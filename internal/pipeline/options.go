@@ -106,14 +106,6 @@ func (o Options) Complete() (Options, error) {
 	return o, nil
 }
 
-// checkLeader validates a Leader argument.
-func checkLeader(l Leader) error {
-	if l == nil || l.Identity() == "" {
-		return &base.ConfigError{Field: "Leader", Reason: "must be set, with a non-empty Identity()"}
-	}
-	return nil
-}
-
 // stopped records on l that part's Run returned, for reason: Healthy then
 // reports an error wrapping ErrNotRunning.
 func stopped(l *base.Lifecycle, part, reason string) {

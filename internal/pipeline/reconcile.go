@@ -92,7 +92,8 @@ func NewReconciler[O, S, P any](src statuspatch.Source[O], comp statuspatch.Stat
 		passes: base.NewCounters(passResults...), objects: base.NewCounters(objResults...)}, nil
 }
 
-// checkParts names the first missing part.
+// checkParts names the first missing part: a nil one, a nil field of a
+// ComputerFuncs, a Leader without an identity.
 func checkParts[O, S, P any](src statuspatch.Source[O], comp statuspatch.StatusComputer[O, S, P], q *queue.Queue[types.NamespacedName], l Leader) error {
 	missing := func(f string) error { return &base.ConfigError{Field: f, Reason: "must not be nil"} }
 	switch {
@@ -103,20 +104,19 @@ func checkParts[O, S, P any](src statuspatch.Source[O], comp statuspatch.StatusC
 	case q == nil:
 		return missing("Queue")
 	}
-	var err error
-	switch f := any(comp).(type) {
-	case ComputerFuncs[O, S, P]:
-		err = validateFuncs(f)
-	case *ComputerFuncs[O, S, P]:
+	if f, ok := any(comp).(*ComputerFuncs[O, S, P]); ok {
 		if f == nil {
 			return missing("Computer")
 		}
-		err = validateFuncs(*f)
+		comp = *f
 	}
-	if err != nil {
-		return &base.ConfigError{Field: "Computer", Reason: err.Error()}
+	if f, ok := any(comp).(ComputerFuncs[O, S, P]); ok && f.missing() != "" {
+		return &base.ConfigError{Field: "Computer", Reason: "ComputerFuncs." + f.missing() + " must be set"}
 	}
-	return checkLeader(l)
+	if l == nil || l.Identity() == "" {
+		return &base.ConfigError{Field: "Leader", Reason: "must be set, with a non-empty Identity()"}
+	}
+	return nil
 }
 
 // Enqueue asks for the objects with keys to be reconciled soon: the keys

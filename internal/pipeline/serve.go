@@ -11,7 +11,6 @@ import (
 	"github.com/quietpatch/quietpatch/internal/base"
 	"github.com/quietpatch/quietpatch/internal/queue"
 	"github.com/quietpatch/quietpatch/leader"
-	"github.com/quietpatch/quietpatch/statuspatch"
 	"github.com/quietpatch/quietpatch/statuspatch/outcome"
 )
 
@@ -57,8 +56,7 @@ func (d *Dispatcher[O, S, P]) send(ctx context.Context, key types.NamespacedName
 				return dropShutdown, nil
 			}
 		}
-		_, versioned := d.patcher.(statuspatch.VersionPatcher[P])
-		c, reason := d.flight.begin(key, claim.Epoch, d.opts.Clock.Now(), versioned)
+		c, reason := d.flight.begin(key, claim.Epoch, d.opts.Clock.Now(), d.versions != nil)
 		if reason != "" {
 			return reason, nil
 		}
@@ -136,9 +134,8 @@ func (d *Dispatcher[O, S, P]) call(key types.NamespacedName, c *call, payload P,
 		rv  string
 		err error
 	)
-	vp, versioned := d.patcher.(statuspatch.VersionPatcher[P])
-	if versioned {
-		rv, err = vp.PatchVersion(ctx, payload)
+	if d.versions != nil {
+		rv, err = d.versions.PatchVersion(ctx, payload)
 	} else {
 		err = d.patcher.Patch(ctx, payload)
 	}
@@ -154,19 +151,16 @@ func (d *Dispatcher[O, S, P]) call(key types.NamespacedName, c *call, payload P,
 		}
 	}
 	cancel()
-	if !outcome.Answered(err) {
-		d.unanswered.Add(1)
-	}
 	if err != nil {
 		rv = ""
 	}
-	if _, other := d.flight.end(c, end, elapsed, err, o, rv, versioned); other {
+	if d.flight.end(c, end, elapsed, err, o, rv) {
 		// An event held while we wrote was not our echo: serve the key
 		// again after this serve (it is held until Done).
 		_ = d.queue.Add(key, queue.LaneFresh) // full: the next pass finds it
 	}
+	d.metrics.recordCall(o, elapsed) // before the counter: who sees the count sees the duration
 	d.patches.Add(o)
-	d.metrics.recordCall(o, elapsed)
 	if err == nil {
 		return
 	}

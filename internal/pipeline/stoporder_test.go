@@ -46,7 +46,7 @@ func TestServeWaitingOutAWindowReadsNoSourceAfterTheContextEnds(t *testing.T) {
 	r := newDrig(t)
 	r.lead(1)
 	r.add(t, "a")
-	r.d.flight.openWindow(r.clock.Now(), apierrors.NewTooManyRequests("slow down", 1))
+	openWindow(r.d.flight, r.clock.Now(), apierrors.NewTooManyRequests("slow down", 1))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan string, 1)
 	go func() {

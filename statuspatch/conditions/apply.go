@@ -2,6 +2,7 @@ package conditions
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -96,9 +97,7 @@ func (a *Applier[O]) Patch(obj O, desired Status) (statuspatch.ApplyPatch, error
 		return statuspatch.ApplyPatch{}, err
 	}
 	status := make(map[string]any, 2+len(desired.Fields))
-	for k, v := range desired.Fields {
-		status[k] = v
-	}
+	maps.Copy(status, desired.Fields)
 	if len(owned) > 0 { // none: the field manager gives up the ones it had
 		status["conditions"] = owned
 	}

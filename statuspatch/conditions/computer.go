@@ -2,6 +2,7 @@ package conditions
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -143,12 +144,12 @@ func New[O metav1.Object](cfg Config[O]) (*Computer[O], error) {
 				Reason: fmt.Sprintf("must hold valid condition types, got %q at index %d", t, i)}
 		}
 	}
-	c := &Computer[O]{cfg: cfg, owned: slices.Clone(cfg.OwnedTypes), clk: cfg.Clock}
+	c := &Computer[O]{cfg: cfg, clk: cmp.Or[clock.PassiveClock](cfg.Clock, clock.RealClock{})}
+	if len(cfg.OwnedTypes) > 0 { // empty: the types Conditions returns, as nil
+		c.owned = slices.Clone(cfg.OwnedTypes)
+	}
 	if c.owned != nil {
 		c.owns = func(t string) bool { return slices.Contains(c.owned, t) }
-	}
-	if c.clk == nil {
-		c.clk = clock.RealClock{}
 	}
 	var zero O
 	if _, ok := any(zero).(*unstructured.Unstructured); ok {
@@ -284,19 +285,12 @@ func (c *Computer[O]) Equal(a, b Status) bool {
 	if a.ObservedGeneration != b.ObservedGeneration && !a.noGen && !b.noGen {
 		return false
 	}
-	switch {
-	case b.desired && !a.desired:
-		if !c.equalOwned(a.Conditions, b.Conditions) {
-			return false
-		}
-	case a.desired && !b.desired:
-		if !c.equalOwned(b.Conditions, a.Conditions) {
-			return false
-		}
-	default:
-		if !Equal(a.Conditions, b.Conditions) {
-			return false
-		}
+	cur, des := a.Conditions, b.Conditions
+	if a.desired {
+		cur, des = des, cur
+	}
+	if a.desired == b.desired && !Equal(cur, des) || a.desired != b.desired && !c.equalOwned(cur, des) {
+		return false
 	}
 	if len(b.Fields) == 0 && len(a.Fields) == 0 {
 		return true

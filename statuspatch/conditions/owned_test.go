@@ -350,6 +350,22 @@ func TestComputerOwnedTypesRejectsOtherTypes(t *testing.T) {
 	}
 }
 
+// An empty OwnedTypes is no list: the types Conditions returns are owned.
+func TestComputerEmptyOwnedTypesIsNone(t *testing.T) {
+	c, err := conditions.New(conditions.Config[*gadget]{
+		Conditions: func(*gadget) ([]metav1.Condition, error) {
+			return []metav1.Condition{ready(metav1.ConditionTrue, "Fine")}, nil
+		},
+		OwnedTypes: []string{},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Desired(newGadget(1, readyOK)); err != nil {
+		t.Errorf("Desired with an empty OwnedTypes: %v, want the types returned owned", err)
+	}
+}
+
 // Duplicates and malformed entries never panic: foreign ones go back as
 // read, owned ones are written once, invalid desired conditions are an
 // error.

@@ -1,6 +1,7 @@
 package conditions
 
 import (
+	"maps"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,9 +27,7 @@ func (c *Computer[O]) Patch(obj O, desired Status) (statuspatch.MergePatch, erro
 		return statuspatch.MergePatch{}, err
 	}
 	status := make(map[string]any, 2+len(desired.Fields))
-	for k, v := range desired.Fields {
-		status[k] = v
-	}
+	maps.Copy(status, desired.Fields)
 	if c.hasGeneration() {
 		status["observedGeneration"] = desired.ObservedGeneration
 	}

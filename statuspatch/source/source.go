@@ -62,11 +62,7 @@ func (c *Cache[O]) List() ([]O, error) {
 // Get returns the object with key, and false if the cache has none.
 func (c *Cache[O]) Get(key types.NamespacedName) (O, bool, error) {
 	var zero O
-	k := key.Name
-	if key.Namespace != "" {
-		k = key.Namespace + "/" + key.Name
-	}
-	it, found, err := c.indexer.GetByKey(k)
+	it, found, err := c.indexer.GetByKey(cache.NamespacedNameAsObjectName(key).String())
 	if err != nil || !found {
 		return zero, false, err
 	}
@@ -137,19 +133,11 @@ func (l *Lister[O]) HasSynced() bool { return l.synced() }
 // while the first pass converges.
 func EnqueueHandler(enqueue func(types.NamespacedName)) cache.ResourceEventHandler {
 	on := func(obj any) {
-		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			ns, name, err := cache.SplitMetaNamespaceKey(d.Key)
-			if err == nil {
-				enqueue(types.NamespacedName{Namespace: ns, Name: name})
-			}
-			return
-		}
-		key, err := cache.MetaNamespaceKeyFunc(obj)
+		key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
 		if err != nil {
 			return
 		}
-		ns, name, err := cache.SplitMetaNamespaceKey(key)
-		if err == nil {
+		if ns, name, err := cache.SplitMetaNamespaceKey(key); err == nil {
 			enqueue(types.NamespacedName{Namespace: ns, Name: name})
 		}
 	}

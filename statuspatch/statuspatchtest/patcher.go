@@ -1,9 +1,7 @@
 package statuspatchtest
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -101,16 +99,17 @@ func (f *Patcher) PatchVersion(ctx context.Context, p statuspatch.MergePatch) (s
 	if m.GetResourceVersion() != p.ResourceVersion {
 		return "", apierrors.NewConflict(f.gvr.GroupResource(), p.Name, errors.New(optimisticLockMsg))
 	}
-	rv := strconv.FormatUint(f.next(m.GetResourceVersion()), 10)
-	body, err := versioned(p, rv)
+	// The fake applies the whole body: with the write's version in place
+	// of the precondition's, the merge sets it.
+	w := p
+	w.ResourceVersion = strconv.FormatUint(f.next(m.GetResourceVersion()), 10)
+	body, err := w.Body()
 	if err != nil {
 		return "", err
 	}
-	opts := metav1.PatchOptions{FieldManager: fieldManager}
-	action := clienttesting.NewPatchSubresourceActionWithOptions(f.gvr, p.Namespace, p.Name, types.MergePatchType, body, opts, "status")
-	if p.Namespace == "" {
-		action = clienttesting.NewRootPatchSubresourceActionWithOptions(f.gvr, p.Name, types.MergePatchType, body, opts, "status")
-	}
+	// A cluster-scoped object's action has Namespace "", as the Root constructors make it.
+	action := clienttesting.NewPatchSubresourceActionWithOptions(f.gvr, p.Namespace, p.Name, types.MergePatchType, body,
+		metav1.PatchOptions{FieldManager: fieldManager}, "status")
 	answer, err := f.fake.Invokes(action, nil)
 	if err != nil {
 		return "", err
@@ -133,19 +132,4 @@ func (f *Patcher) next(current string) uint64 {
 	}
 	f.last++
 	return f.last
-}
-
-// versioned returns the body of p (valid) with resourceVersion rv in place
-// of the precondition's: the fake applies the whole body, so the merge
-// sets the write's version.
-func versioned(p statuspatch.MergePatch, rv string) ([]byte, error) {
-	var body struct {
-		Metadata struct {
-			ResourceVersion string `json:"resourceVersion"`
-		} `json:"metadata"`
-		Status json.RawMessage `json:"status"`
-	}
-	body.Metadata.ResourceVersion = rv
-	body.Status = bytes.TrimSpace(p.Status)
-	return json.Marshal(body)
 }
