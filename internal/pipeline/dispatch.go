@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 
 	"github.com/quietpatch/quietpatch/internal/base"
 	"github.com/quietpatch/quietpatch/internal/queue"
@@ -30,9 +31,10 @@ const (
 	dropClaimEnding = "claim_ending" // less than the claim margin was left
 	dropReleased    = "released"     // the claim was being given up on purpose
 	dropShutdown    = "shutdown"     // the dispatcher stopped first
+	dropHeld        = "held"         // the cache did not hold our last write yet: served at its event
 )
 
-var dropReasons = []string{dropUnchanged, dropDeleted, dropError, dropNotLeader, dropStaleEpoch, dropClaimEnding, dropReleased, dropShutdown}
+var dropReasons = []string{dropUnchanged, dropDeleted, dropError, dropNotLeader, dropStaleEpoch, dropClaimEnding, dropReleased, dropShutdown, dropHeld}
 
 // DispatcherStats are a dispatcher's counters, and the state of its in-flight
 // limit and Retry-After window.
@@ -88,6 +90,7 @@ type Dispatcher[O, S, P any] struct {
 	comp     statuspatch.StatusComputer[O, S, P]
 	patcher  statuspatch.Patcher[P]
 	versions statuspatch.VersionPatcher[P] // patcher, if it reports versions; else nil
+	holds    clock.WithDelayedExecution    // the clock's timers of holds; nil: no hold
 	leader   Leader
 	writer   statuspatch.WriteClaim // without the epoch
 	opts     Options
@@ -127,7 +130,8 @@ func NewDispatcher[O, S, P any](q *queue.Queue[types.NamespacedName], src status
 		return nil, err
 	}
 	vp, _ := patcher.(statuspatch.VersionPatcher[P])
-	d := &Dispatcher[O, S, P]{queue: q, src: src, comp: comp, patcher: patcher, versions: vp, leader: l, writer: writer, opts: opts, metrics: m,
+	holds, _ := opts.Clock.(clock.WithDelayedExecution) // the real clock and client-go's fake have it
+	d := &Dispatcher[O, S, P]{queue: q, src: src, comp: comp, patcher: patcher, versions: vp, holds: holds, leader: l, writer: writer, opts: opts, metrics: m,
 		flight:  newFlight(newControl(opts.Clock.Now(), opts.Workers == 0, cmp.Or(opts.Workers, opts.MaxInFlight))),
 		patches: base.NewCounters(base.Outcomes()...), dropped: base.NewCounters(dropReasons...), lastWarn: map[outcome.Outcome]*atomic.Int64{}}
 	for _, o := range []outcome.Outcome{outcome.Forbidden, outcome.Unauthorized, outcome.Invalid, outcome.Abandoned, outcome.Timeout, outcome.Failed} {
@@ -200,6 +204,7 @@ func (d *Dispatcher[O, S, P]) Run(ctx context.Context) error {
 	} else {
 		calls.Wait()
 	}
+	d.flight.stopHolds()
 	unsubscribe()
 	close(stopWatch)
 	<-watchDone

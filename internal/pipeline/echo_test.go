@@ -108,7 +108,14 @@ func TestDispatchEchoesDuringTheCall(t *testing.T) {
 		t.Fatal("an event during the call was not held")
 	}
 	close(gate)
-	// Both first calls ended (their echoes matched) and b's second did.
+	// Both calls ended (a's held echo matched); b, enqueued again for the
+	// other event, is held until the cache holds our write: its event
+	// (what the informer's handler gets) has it enqueued, and served.
+	waitFor(t, "b held", func() bool { return r.dropped(t, dropHeld) == 1 })
+	if r.d.Echo(nsKey("b"), "v-b") {
+		t.Fatal("the event of a held key's write was skipped as an echo")
+	}
+	r.add(t, "b")
 	waitFor(t, "b served again", func() bool { return len(r.pat.appliedKeys()) == 3 && r.d.Stats().Echoes == 1 })
 	got := r.pat.appliedKeys()
 	if slices.Sort(got); !slices.Equal(got, []string{"ns/a", "ns/b", "ns/b"}) {
@@ -119,5 +126,34 @@ func TestDispatchEchoesDuringTheCall(t *testing.T) {
 	}
 	if r.d.Echo(nsKey("a"), "v-a") {
 		t.Error("a's echo counted twice")
+	}
+}
+
+// A key served again before the cache holds our last write of it — the
+// object still at the version the write was built from — is held, not
+// patched from that old object (the patch would carry its old version and
+// fail with 409): its write's event has it enqueued, or, without one,
+// holdBound does.
+func TestDispatchHoldsAKeyUntilItsCacheHoldsOurWrite(t *testing.T) {
+	r := newDrig(t, withWorkers(1))
+	r.withVersions(t)
+	r.lead(1)
+	r.add(t, "a", "b")
+	r.start(t)
+	waitFor(t, "the writes", func() bool { return r.outcome(t, outcome.OK) == 2 })
+	r.add(t, "a", "b") // served again at once: the cache has neither write
+	waitFor(t, "both held", func() bool { return r.dropped(t, dropHeld) == 2 })
+	if r.d.Echo(nsKey("a"), "v-a") { // a's write reaches the cache
+		t.Fatal("the event of a held key's write was skipped")
+	}
+	r.src.set(&tObj{Key: nsKey("a"), RV: "v-a", Gen: 1})
+	r.add(t, "a") // what the handler does for an event not skipped
+	waitFor(t, "a served from the cache with our write", func() bool { return r.dropped(t, dropUnchanged)+int64(len(r.pat.appliedKeys())) >= 3 })
+	// b's event never comes: holdBound later it is served anyway.
+	waitFor(t, "the hold's timer", r.clock.HasWaiters)
+	r.clock.Step(holdBound)
+	waitFor(t, "b served after holdBound", func() bool { return r.queue.Stats().Dequeued >= 6 })
+	if n := r.d.Stats().Dropped[dropHeld]; n != 2 {
+		t.Errorf("%d held, want 2", n)
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 
 	"github.com/quietpatch/quietpatch/leader"
 	"github.com/quietpatch/quietpatch/statuspatch/outcome"
@@ -59,7 +60,13 @@ type write struct {
 	flying bool
 	held   []string
 	rv     string
+	wanted bool        // a serve found the cache older than the write: enqueue at its event
+	timer  clock.Timer // ends a hold that its event did not end within holdBound
 }
+
+// holdBound is how long a key whose cache is older than our last write of
+// it is held for the write's event before it is served anyway.
+const holdBound = time.Second
 
 func newFlight(ctl control) *flight {
 	return &flight{ctl: ctl, calls: map[*call]struct{}{}, writes: map[types.NamespacedName]*write{}}
@@ -142,6 +149,7 @@ func (f *flight) begin(key types.NamespacedName, epoch int64, now time.Time, ver
 	c := &call{ec: f.epoch, key: key, began: now}
 	f.calls[c] = struct{}{}
 	if versioned {
+		f.forgetLocked(key)
 		f.writes[key] = &write{flying: true}
 	}
 	return c, ""
@@ -187,7 +195,7 @@ func (f *flight) end(c *call, now time.Time, latency time.Duration, err error, o
 			}
 		}
 		if rv == "" || echoed > 0 {
-			delete(f.writes, c.key)
+			f.forgetLocked(c.key)
 		} else {
 			*w = write{rv: rv} // its event is still to come
 		}
@@ -223,11 +231,61 @@ func (f *flight) event(key types.NamespacedName, rv string) (echo, held bool) {
 	case w.flying:
 		return false, false // a deletion while we write: the call ends with not found
 	}
-	delete(f.writes, key)
-	if echo = rv != "" && w.rv == rv; echo {
+	f.forgetLocked(key)
+	if echo = rv != "" && w.rv == rv && !w.wanted; echo {
 		f.echoed++
 	}
-	return echo, false
+	return echo, false // a serve held for it: the key is enqueued now
+}
+
+// stale reports whether the cache, holding key's object at objRV, is older
+// than our last write of it (answered, its event not seen yet): the serve
+// is then held — dropped now, the key enqueued at the write's event, or at
+// the latest holdBound later by requeue —, so that no patch is built from
+// a cache that does not hold our own write (it would carry the old
+// resourceVersion and fail with 409).
+func (f *flight) stale(key types.NamespacedName, objRV string, clk clock.WithDelayedExecution, requeue func(types.NamespacedName)) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	w := f.writes[key]
+	if w == nil || w.flying || w.rv == "" || objRV == w.rv {
+		return false
+	}
+	if !w.wanted {
+		w.wanted = true
+		w.timer = clk.AfterFunc(holdBound, func() {
+			f.mu.Lock()
+			mine := f.writes[key] == w
+			if mine {
+				delete(f.writes, key)
+			}
+			f.mu.Unlock()
+			if mine {
+				go requeue(key) // not in the clock's callback: a fake clock runs it holding its lock
+			}
+		})
+	}
+	return true
+}
+
+// forgetLocked forgets our last write of key, and any hold of it.
+func (f *flight) forgetLocked(key types.NamespacedName) {
+	if w := f.writes[key]; w != nil && w.timer != nil {
+		w.timer.Stop()
+	}
+	delete(f.writes, key)
+}
+
+// stopHolds ends every hold without its requeue: the dispatcher stops.
+func (f *flight) stopHolds() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for key, w := range f.writes {
+		if w.timer != nil {
+			w.timer.Stop()
+			delete(f.writes, key)
+		}
+	}
 }
 
 // observe ends the newest epoch's calls when its claim is over: the claim

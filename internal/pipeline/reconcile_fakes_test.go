@@ -141,6 +141,9 @@ type tObj struct {
 	Fail  bool
 }
 
+// GetResourceVersion is RV, as an API object tells its version.
+func (o *tObj) GetResourceVersion() string { return o.RV }
+
 // tPayload is the test patch: what the patch was built from.
 type tPayload struct {
 	Key string

@@ -86,6 +86,10 @@ func (d *Dispatcher[O, S, P]) build(key types.NamespacedName) (payload P, reason
 	case !found:
 		return payload, dropDeleted, nil
 	}
+	if v, ok := any(obj).(interface{ GetResourceVersion() string }); ok && d.versions != nil && d.holds != nil &&
+		d.flight.stale(key, v.GetResourceVersion(), d.holds, d.requeue) {
+		return payload, dropHeld, nil
+	}
 	stage = "StatusComputer"
 	current := d.comp.Current(obj)
 	desired, err := d.comp.Desired(obj)
@@ -103,6 +107,12 @@ func (d *Dispatcher[O, S, P]) build(key types.NamespacedName) (payload P, reason
 			slog.String("diff", safeDiff(current, desired, d.opts.DiffOptions)))
 	}
 	return payload, "", nil
+}
+
+// requeue enqueues key in the fresh lane: a hold ended (the next pass
+// finds a key the full lane refuses).
+func (d *Dispatcher[O, S, P]) requeue(key types.NamespacedName) {
+	_ = d.queue.Add(key, queue.LaneFresh)
 }
 
 // drop counts and logs a key served without a call.
