@@ -139,7 +139,7 @@ func (cfg Config) complete() (Config, pipeline.Options, error) {
 	}
 	opts, err := pipeline.Options{Name: cfg.Name, Capacity: cfg.Capacity, Interval: cfg.Interval, Workers: cfg.Workers,
 		MaxInFlight: cfg.MaxInFlight, PatchTimeout: cfg.PatchTimeout, ClaimMargin: cfg.ClaimMargin,
-		DiffOptions: cfg.DiffOptions, Logger: cfg.Logger, Clock: cfg.Clock}.Complete()
+		DiffOptions: cfg.DiffOptions, Logger: cfg.Logger, Clock: cfg.Clock, Settle: pipeline.DefaultSettle}.Complete()
 	if err != nil {
 		return cfg, opts, err
 	}

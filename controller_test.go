@@ -148,6 +148,14 @@ func leaseHolder(t *testing.T, kube *fake.Clientset) string {
 	return *l.Spec.HolderIdentity
 }
 
+// eventually polls cond until it holds or 10 s have passed, and leaves the
+// verdict to the checks that follow.
+func eventually(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond() && time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+	}
+}
+
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(2 * time.Millisecond) {
@@ -560,6 +568,9 @@ func TestEventsEnqueueTheirKeysOrMakeAPass(t *testing.T) {
 				wantPasses, wantDepth = 2, wantDepth+2
 				waitUntil(t, "a pass", func() bool { return c.Stats().Reconciler.Passes["completed"] == wantPasses })
 			}
+			// The keys of events wait DefaultSettle for more events, then
+			// enter the fresh lane.
+			eventually(t, func() bool { q := c.Stats().Queue; return q.Fresh == len(tc.fresh) && q.Depth == wantDepth })
 			q := c.Stats().Queue
 			if q.Fresh != len(tc.fresh) || q.Depth != wantDepth || q.Enqueued-before.Enqueued != int64(wantDepth) {
 				t.Errorf("after the event the queue holds %d keys, %d fresh, %d enqueued; want %d, %d fresh, %d enqueued",

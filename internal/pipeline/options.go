@@ -28,6 +28,10 @@ const (
 	DefaultInterval     = 10 * time.Second
 	DefaultMaxInFlight  = 64
 	DefaultPatchTimeout = 5 * time.Second
+	// DefaultSettle is the Settle quietpatch.New gives its pipelines: a
+	// burst of events a few milliseconds apart is one batch, and an edit
+	// waits 50 ms (250 ms at most, in a burst) before it is served.
+	DefaultSettle = 50 * time.Millisecond
 	// MinClaimMargin is the least claim margin a zero ClaimMargin gives:
 	// twice the latency estimate, within MinClaimMargin and PatchTimeout/2.
 	MinClaimMargin = 250 * time.Millisecond
@@ -74,6 +78,11 @@ type Options struct {
 	// Attrs are added to the pipeline attribute of every instrument (the
 	// shard of a sharded pipeline).
 	Attrs []attribute.KeyValue
+	// Settle, when positive, has the keys of Enqueue wait until no event
+	// came for Settle (at most settleMax × Settle), then enter the fresh
+	// lane together; zero enqueues them at once. quietpatch.New sets
+	// DefaultSettle.
+	Settle time.Duration
 }
 
 // Complete checks o and fills in the defaults. Errors are

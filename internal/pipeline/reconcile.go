@@ -47,6 +47,7 @@ type Reconciler[O, S, P any] struct {
 	metrics *Metrics
 	life    base.Lifecycle
 	kick    chan struct{}
+	settle  *settler // the keys of events close together; nil without Options.Settle
 
 	passes  base.Counters[string] // by result (passResults)
 	objects base.Counters[string] // by result (objResults)
@@ -88,8 +89,12 @@ func NewReconciler[O, S, P any](src statuspatch.Source[O], comp statuspatch.Stat
 	if err != nil {
 		return nil, err
 	}
-	return &Reconciler[O, S, P]{src: src, comp: comp, queue: q, leader: l, opts: opts, metrics: m, kick: make(chan struct{}, 1),
-		passes: base.NewCounters(passResults...), objects: base.NewCounters(objResults...)}, nil
+	r := &Reconciler[O, S, P]{src: src, comp: comp, queue: q, leader: l, opts: opts, metrics: m, kick: make(chan struct{}, 1),
+		passes: base.NewCounters(passResults...), objects: base.NewCounters(objResults...)}
+	if opts.Settle > 0 {
+		r.settle = newSettler()
+	}
+	return r, nil
 }
 
 // checkParts names the first missing part: a nil one, a nil field of a
@@ -121,18 +126,31 @@ func checkParts[O, S, P any](src statuspatch.Source[O], comp statuspatch.StatusC
 
 // Enqueue asks for the objects with keys to be reconciled soon: the keys
 // of one event. Up to [FreshFanout] keys go to the fresh lane, served
-// before the passes' keys; more, or a full fresh lane, make a pass
-// instead, which queues only the objects that changed. Nothing is queued
-// while we do not lead (the pass made on gaining the lead covers every
-// object). It never blocks.
+// before the passes' keys — with Options.Settle, once the events close
+// together are over, in one batch —; more, or a full fresh lane, make a
+// pass instead, which queues only the objects that changed. Nothing is
+// queued while we do not lead (the pass made on gaining the lead covers
+// every object). It never blocks.
 func (r *Reconciler[O, S, P]) Enqueue(keys ...types.NamespacedName) {
-	if len(keys) == 0 || !r.leader.Current().IsCurrentFor(r.leader.Identity(), r.opts.Clock.Now()) {
+	now := r.opts.Clock.Now()
+	if len(keys) == 0 || !r.leader.Current().IsCurrentFor(r.leader.Identity(), now) {
 		return
 	}
 	if len(keys) > FreshFanout {
 		r.Resync()
 		return
 	}
+	if r.settle != nil {
+		if !r.settle.add(now, r.queue.Cap(), keys) {
+			r.Resync()
+		}
+		return
+	}
+	r.enqueue(keys)
+}
+
+// enqueue adds keys to the fresh lane; a full lane makes a pass.
+func (r *Reconciler[O, S, P]) enqueue(keys []types.NamespacedName) {
 	for _, k := range keys {
 		if err := r.queue.Add(k, queue.LaneFresh); errors.Is(err, queue.ErrFull) {
 			r.Resync()
@@ -204,6 +222,21 @@ func (r *Reconciler[O, S, P]) loop(ctx context.Context, changes <-chan leader.Cl
 		forget    = func() {}     // forgets room
 	)
 	defer func() { forget() }()
+	var settled <-chan time.Time // the batch of events is due
+	var begun <-chan struct{}
+	if r.settle != nil {
+		begun = r.settle.begun
+	}
+	settle := func() {
+		settled = nil
+		switch wait, ok := r.settle.due(r.opts.Clock.Now(), r.opts.Settle); {
+		case !ok:
+		case wait <= 0:
+			r.enqueue(r.settle.take())
+		default:
+			settled = r.opts.Clock.After(wait)
+		}
+	}
 	full := func() error {
 		forget()
 		lastStart, room, forget = r.opts.Clock.Now(), nil, func() {}
@@ -250,6 +283,10 @@ func (r *Reconciler[O, S, P]) loop(ctx context.Context, changes <-chan leader.Cl
 			if _, ok := r.claim(); ok {
 				err = full()
 			}
+		case <-begun:
+			settle()
+		case <-settled:
+			settle()
 		}
 		if err != nil {
 			return err

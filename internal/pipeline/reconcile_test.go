@@ -594,6 +594,46 @@ func TestEnqueue(t *testing.T) {
 	}
 }
 
+// With Options.Settle, the keys of events close together wait until no
+// event came for Settle (or settleMax × Settle after the first) and enter
+// the fresh lane together, each once: a burst costs one serve per key.
+func TestEnqueueSettlesABurst(t *testing.T) {
+	const settle = 50 * time.Millisecond
+	r := newRig(t, 100, nil, func(o *Options) { o.Settle = settle })
+	r.lead(1)
+	r.startRun(t)
+	fresh := func() int { return r.queue.Stats().Fresh }
+	timers := func(n int) func() bool { return func() bool { return r.clock.Waiters() >= n } }
+	r.rec.Enqueue(nsKey("a"), nsKey("b"))
+	waitFor(t, "the batch's timer", timers(1))
+	for range 3 { // events 40 ms apart: the batch goes on
+		r.clock.Step(40 * time.Millisecond)
+		r.rec.Enqueue(nsKey("a"), nsKey("c"))
+		waitFor(t, "the batch's timer", timers(1))
+		if n := fresh(); n != 0 {
+			t.Fatalf("%d keys in the fresh lane during the burst, want 0", n)
+		}
+	}
+	r.clock.Step(settle) // quiet for Settle: a, b, c at once, each once
+	waitFor(t, "the batch in the fresh lane", func() bool { return fresh() == 3 })
+	if st := r.queue.Stats(); st.Enqueued != 3 || st.Coalesced != 0 {
+		t.Errorf("enqueued %d, coalesced %d; want 3 keys once each", st.Enqueued, st.Coalesced)
+	}
+	r.drain(t)
+	// Events that never stop: the batch is due settleMax × Settle after
+	// its first key.
+	r.rec.Enqueue(nsKey("d"))
+	for elapsed := time.Duration(0); elapsed < settleMax*settle; elapsed += 30 * time.Millisecond {
+		waitFor(t, "the batch's timer", timers(1))
+		if n := fresh(); n != 0 {
+			t.Fatalf("%d keys in the fresh lane %v after the first, want 0", n, elapsed)
+		}
+		r.clock.Step(30 * time.Millisecond)
+		r.rec.Enqueue(nsKey("d"))
+	}
+	waitFor(t, "the batch due at settleMax × Settle", func() bool { return fresh() == 1 })
+}
+
 // Under Run, an event with more keys than FreshFanout makes a pass, which
 // queues only what changed.
 func TestRunEnqueueOfManyKeysMakesAPass(t *testing.T) {
