@@ -61,7 +61,7 @@ func (g *Gauge) Update(v float64) { g.UpdateAt(g.now(), v) }
 // UpdateAt sets the value to v at time t.
 func (g *Gauge) UpdateAt(t time.Time, v float64) {
 	g.mu.Lock()
-	g.p = g.p.UpdateAt(t, v)
+	g.p.Record(t, v)
 	g.mu.Unlock()
 }
 

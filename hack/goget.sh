@@ -222,7 +222,7 @@ func add(ctx context.Context, mgr manager.Manager) error {
 	widget.SetAPIVersion("example.com/v1")
 	widget.SetKind("Widget")
 	_, err = controllerruntime.Add(ctx, mgr, widget, computer, controllerruntime.Options{
-		Config: quietpatch.Config{Options: statuspatch.Options{Name: "widgets"}, Lease: leader.Config{Namespace: "widget-system", Name: "widget-status"}},
+		Config: quietpatch.Config{Name: "widgets", Lease: leader.Config{Namespace: "widget-system", Name: "widget-status"}},
 	})
 	return err
 }
@@ -233,7 +233,7 @@ func main() {
 	_ = leader.Config{}
 	_ = statuspatch.MergePatch{}
 	_ = otelprom.NewMeterProvider
-	_ = source.Informer[*unstructured.Unstructured]${broken}
+	_ = source.FromInformer[*unstructured.Unstructured]${broken}
 	fmt.Println("mycontroller, a consumer of github.com/quietpatch/quietpatch: built")
 }
 EOG

@@ -30,23 +30,38 @@ func New(tau time.Duration) Peak { return Peak{tau: tau} }
 // to v if v is above it. A time before the latest update counts as no time
 // passed. NaN and ±Inf are ignored.
 func (p Peak) UpdateAt(t time.Time, v float64) Peak {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return p
-	}
-	avg := p.ValueAt(t)
-	if !p.set || t.After(p.last) {
-		p.last, p.set = t, true
-	}
-	p.avg, p.cur = max(avg, v), v
+	p.Record(t, v)
 	return p
+}
+
+// Record is UpdateAt in place, for a Peak kept under a lock of its own
+// (the queue's depth): it copies nothing.
+func (p *Peak) Record(t time.Time, v float64) {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return
+	}
+	if !p.set {
+		p.last, p.set = t, true
+	} else if dt := t.Sub(p.last); dt > 0 {
+		p.avg = p.foldAt(dt)
+		p.last = t
+	}
+	p.avg, p.cur = max(p.avg, v), v
 }
 
 // ValueAt returns the Peak-EWMA at time t: the average as of the latest
 // update with the value held since then folded in.
 func (p Peak) ValueAt(t time.Time) float64 {
-	dt := t.Sub(p.last)
-	if !p.set || dt <= 0 || p.avg == p.cur {
-		return p.avg // 0 before the first update
+	if dt := t.Sub(p.last); p.set && dt > 0 {
+		return p.foldAt(dt)
+	}
+	return p.avg // 0 before the first update
+}
+
+// foldAt is the average with the value held for dt (> 0) folded in.
+func (p *Peak) foldAt(dt time.Duration) float64 {
+	if p.avg == p.cur {
+		return p.avg
 	}
 	w := weight(dt, p.tau)
 	x := p.avg*w + p.cur*(1-w)

@@ -182,7 +182,7 @@ func (d *Dispatcher[O, S, P]) Run(ctx context.Context) error {
 			d.flight.release()
 			break
 		}
-		key, waited, err := d.queue.GetWait(ctx)
+		key, since, err := d.queue.GetSince(ctx)
 		if err != nil || ctx.Err() != nil {
 			if err == nil {
 				d.drop(key, dropShutdown, nil)
@@ -191,10 +191,9 @@ func (d *Dispatcher[O, S, P]) Run(ctx context.Context) error {
 			d.flight.release()
 			break
 		}
-		d.metrics.recordWait(waited)
 		calls.Go(func() {
 			defer d.queue.Done(key)
-			d.serve(ctx, key)
+			d.serve(ctx, key, since)
 		})
 	}
 	if ctx.Err() != nil {

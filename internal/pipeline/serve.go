@@ -18,7 +18,10 @@ import (
 // the permit back. A key served without a call is counted and logged with
 // the reason. Once ctx is done it starts no read of the Source: Run's
 // caller may stop the informers when it cancels ctx.
-func (d *Dispatcher[O, S, P]) serve(ctx context.Context, key types.NamespacedName) {
+func (d *Dispatcher[O, S, P]) serve(ctx context.Context, key types.NamespacedName, since time.Time) {
+	if d.metrics != nil && !since.IsZero() { // the wait histogram's one reading of the clock
+		d.metrics.recordWait(d.opts.Clock.Since(since))
+	}
 	if reason, err := d.send(ctx, key); reason != "" {
 		d.drop(key, reason, err)
 		d.flight.release() // a call gives it back when it ends

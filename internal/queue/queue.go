@@ -41,7 +41,7 @@ const depthTau = 10 * time.Second
 // with client-go workqueue's rules (a key waits at most once, one consumer
 // holds it at a time, a key added while held is served again after Done),
 // in two lanes. statuspatch documents its contract; the pipeline uses
-// three more operations (AddNew, Room, GetWait). All methods are safe for
+// three more operations (AddNew, Room, GetSince). All methods are safe for
 // concurrent use; one mutex guards the state, and nothing is recorded
 // under it but the depth's Peak-EWMA, which is state.
 type Queue[K comparable] struct {
@@ -59,6 +59,7 @@ type Queue[K comparable] struct {
 	ready    chan struct{} // made by a waiting Get; closed (and cleared) when a key becomes ready
 	rooms    []room
 	depth    peak.Peak // of len(waiting), with clk
+	last     time.Time // the latest insertion's time: removals are recorded at it
 	stats    Stats
 }
 
@@ -97,7 +98,7 @@ type Stats struct {
 
 // New returns an empty queue whose lanes hold capacity keys each
 // (capacity >= 1: the callers check it). With a clock it stamps each key
-// when first added (GetWait) and keeps the Peak-EWMA of the depth
+// when first added (GetSince) and keeps the Peak-EWMA of the depth
 // (Stats.DepthPeak); without, it reads no clock.
 func New[K comparable](capacity int, clk clock.PassiveClock) *Queue[K] {
 	q := &Queue[K]{clk: clk, capacity: capacity, waiting: map[K]waiter{}, held: map[K]struct{}{}, depth: peak.New(depthTau)}
@@ -175,6 +176,7 @@ func (q *Queue[K]) insertLocked(key K, l Lane) {
 	q.lanes[l].count++
 	q.seq++
 	w = waiter{lane: l, seq: q.seq, since: q.now()}
+	q.last = w.since
 	if _, held := q.held[key]; !held {
 		w.queued = true
 		q.pushLocked(key, w)
@@ -186,7 +188,7 @@ func (q *Queue[K]) insertLocked(key K, l Lane) {
 // depthLocked records the depth at now in its Peak-EWMA.
 func (q *Queue[K]) depthLocked(now time.Time) {
 	if q.clk != nil {
-		q.depth = q.depth.UpdateAt(now, float64(len(q.waiting)))
+		q.depth.Record(now, float64(len(q.waiting)))
 	}
 }
 
@@ -245,14 +247,17 @@ func (q *Queue[K]) popLocked(l Lane) (K, waiter, bool) {
 // ready, the queue is closed and drained (ErrClosed), or ctx ends (its
 // error); a ready key is returned even if ctx has ended.
 func (q *Queue[K]) Get(ctx context.Context) (K, error) {
-	key, _, err := q.GetWait(ctx)
+	key, _, err := q.GetSince(ctx)
 	return key, err
 }
 
-// GetWait is Get, returning also how long the key waited since it was
-// first added (zero without a clock), for the wait histogram its caller
-// records outside the queue's lock.
-func (q *Queue[K]) GetWait(ctx context.Context) (K, time.Duration, error) {
+// GetSince is Get, returning also when the key was first added (zero
+// without a clock), for the wait histogram its caller records with a time
+// it reads anyway, outside the queue's lock. A removal reads no clock: it
+// is recorded in the depth's Peak-EWMA at the time of the latest
+// insertion (a removal follows one; when keys are served as fast as they
+// come, that is within a call's time).
+func (q *Queue[K]) GetSince(ctx context.Context) (K, time.Time, error) {
 	for {
 		q.mu.Lock()
 		key, w, ok := q.nextLocked()
@@ -261,19 +266,14 @@ func (q *Queue[K]) GetWait(ctx context.Context) (K, time.Duration, error) {
 			q.held[key] = struct{}{}
 			q.stats.Dequeued++
 			q.wakeRoomsLocked()
-			var waited time.Duration
-			if q.clk != nil {
-				now := q.now()
-				q.depthLocked(now)
-				waited = now.Sub(w.since)
-			}
+			q.depthLocked(q.last)
 			q.mu.Unlock()
-			return key, waited, nil
+			return key, w.since, nil
 		}
 		var zero K
 		if q.closed && len(q.waiting) == 0 {
 			q.mu.Unlock()
-			return zero, 0, ErrClosed
+			return zero, time.Time{}, ErrClosed
 		}
 		if q.ready == nil {
 			q.ready = make(chan struct{})
@@ -283,7 +283,7 @@ func (q *Queue[K]) GetWait(ctx context.Context) (K, time.Duration, error) {
 		select {
 		case <-ready:
 		case <-ctx.Done():
-			return zero, 0, ctx.Err()
+			return zero, time.Time{}, ctx.Err()
 		}
 	}
 }

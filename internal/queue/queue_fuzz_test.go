@@ -179,7 +179,7 @@ const (
 
 // FuzzQueueModel runs random single-goroutine sequences of every
 // queue operation against queueModel and checks after every step:
-// the same errors, the same key delivered (by GetWait, with no time
+// the same errors, the same key delivered (by GetSince, with no time
 // waited on a clock that stands still), the same Stats (the depth's
 // Peak-EWMA included) and Cap, the same Room channels closed, the
 // internal invariants (checkQueueInvariants: counts, one live entry per
@@ -218,7 +218,8 @@ func FuzzQueueModel(f *testing.F) {
 		}
 		capacity := 1 + int(data[0]%4)
 		data = data[1:]
-		q := New[string](capacity, clocktesting.NewFakePassiveClock(queueFuzzT0))
+		clk := clocktesting.NewFakePassiveClock(queueFuzzT0)
+		q := New[string](capacity, clk)
 		m := &queueModel{capacity: capacity, waiting: map[string]queueModelWait{}, held: map[string]bool{}}
 		maxCap := capacity
 		var permits []Permit[string]
@@ -285,10 +286,10 @@ func FuzzQueueModel(f *testing.F) {
 				sameErr(step, what, p.Send(key), merr)
 			case fzGet:
 				what = "Get"
-				got, waited, err := q.GetWait(cancelled)
+				got, since, err := q.GetSince(cancelled)
 				want, merr := m.get()
 				sameErr(step, what, err, merr)
-				if got != want || waited != 0 {
+				if waited := clk.Now().Sub(since); got != want || err == nil && waited != 0 {
 					t.Fatalf("step %d Get: key %q waited %v, model %q (no time passes)", step, got, waited, want)
 				}
 			case fzDone:

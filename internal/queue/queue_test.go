@@ -639,7 +639,7 @@ func TestQueueGetBlocks(t *testing.T) {
 
 // TestQueueClock: a queue with a clock stamps each key when it is first
 // added — coalescing and promotion keep the stamp, a key added while held
-// is stamped at that add — and GetWait returns how long it waited; the
+// is stamped at that add — and GetSince returns that stamp; the
 // depth is recorded at every insertion and removal into a Peak-EWMA with
 // a time constant of 10 s. A bare queue reads no clock: waits and
 // DepthPeak are 0.
@@ -659,7 +659,7 @@ func TestQueueClock(t *testing.T) {
 			clk.Step(s)
 			mustAdd(t, q, "a", fresh) // promoted: keeps its stamp
 			clk.Step(s)
-			return getWaits(t, q, 2)
+			return getWaits(t, clk, q, 2)
 		},
 		want: []keyWait{{"b", 2 * s}, {"a", 4 * s}},
 	}, {
@@ -667,16 +667,20 @@ func TestQueueClock(t *testing.T) {
 		run: func(t *testing.T, clk *clocktesting.FakeClock, q *queue.Queue[string]) []keyWait {
 			mustAdd(t, q, "a", fresh)
 			clk.Step(s)
-			key, wait, err := q.GetWait(cancelledCtx())
+			key, since, err := q.GetSince(cancelledCtx())
 			if err != nil {
 				t.Fatal(err)
+			}
+			var wait time.Duration
+			if !since.IsZero() {
+				wait = clk.Since(since)
 			}
 			clk.Step(3 * s)
 			mustAdd(t, q, "a", fresh) // held: waits until Done
 			clk.Step(5 * s)
 			q.Done(key)
 			clk.Step(s)
-			return append([]keyWait{{key, wait}}, getWaits(t, q, 1)...)
+			return append([]keyWait{{key, wait}}, getWaits(t, clk, q, 1)...)
 		},
 		want: []keyWait{{"a", s}, {"a", 6 * s}},
 	}, {
@@ -691,7 +695,7 @@ func TestQueueClock(t *testing.T) {
 				t.Fatal(err)
 			}
 			clk.Step(2 * s)
-			return getWaits(t, q, 1)
+			return getWaits(t, clk, q, 1)
 		},
 		want: []keyWait{{"a", 2 * s}},
 	}} {
@@ -725,7 +729,7 @@ func TestQueueClock(t *testing.T) {
 			{"empty", func() {}, 0},
 			{"three keys: the peak at once", func() { mustAdd(t, q, "a", fresh); mustAdd(t, q, "b", pass); mustAdd(t, q, "c", fresh) }, 3},
 			{"a coalesced add changes nothing", func() { mustAdd(t, q, "a", pass) }, 3},
-			{"all delivered at the same instant: still the peak", func() { getWaits(t, q, 3) }, 3},
+			{"all delivered at the same instant: still the peak", func() { getWaits(t, clk, q, 3) }, 3},
 			{"one τ (10 s) later: 3·e⁻¹", func() { clk.Step(10 * s) }, 3 * math.Exp(-1)},
 			{"a key added: no peak step (1 < 3·e⁻¹)", func() { mustAdd(t, q, "d", fresh) }, 3 * math.Exp(-1)},
 			{"held at 1 for 10 s more", func() { clk.Step(10 * s) }, 1 + (3*math.Exp(-1)-1)*math.Exp(-1)},
@@ -738,22 +742,26 @@ func TestQueueClock(t *testing.T) {
 	})
 }
 
-// keyWait is a key GetWait returned and how long it waited.
+// keyWait is a key GetSince returned and how long it waited.
 type keyWait struct {
 	key  string
 	wait time.Duration
 }
 
-// getWaits gets and Dones n ready keys with GetWait.
-func getWaits(t *testing.T, q *queue.Queue[string], n int) []keyWait {
+// getWaits gets and Dones n ready keys with GetSince, their waits on clk.
+func getWaits(t *testing.T, clk *clocktesting.FakeClock, q *queue.Queue[string], n int) []keyWait {
 	t.Helper()
 	var got []keyWait
 	for range n {
-		key, wait, err := q.GetWait(cancelledCtx())
+		key, since, err := q.GetSince(cancelledCtx())
 		if err != nil {
-			t.Fatalf("GetWait: %v", err)
+			t.Fatalf("GetSince: %v", err)
 		}
 		q.Done(key)
+		var wait time.Duration
+		if !since.IsZero() { // a bare queue stamps nothing
+			wait = clk.Since(since)
+		}
 		got = append(got, keyWait{key, wait})
 	}
 	return got
