@@ -7,7 +7,7 @@ replace github.com/quietpatch/quietpatch => ../..
 require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/otlptranslator v1.0.0
-	github.com/quietpatch/quietpatch v0.0.0-00010101000000-000000000000
+	github.com/quietpatch/quietpatch v0.1.0
 	go.opentelemetry.io/otel/exporters/prometheus v0.69.0
 	go.opentelemetry.io/otel/sdk/metric v1.47.0
 	go.uber.org/goleak v1.3.0
