@@ -92,11 +92,11 @@
 // own calls: with n calls in flight taking the estimate each and the best
 // recent round taking best, n × (1 − best/estimate) of them wait at the
 // server (Little's law). It grows the limit by one a round while fewer
-// than half a call waits, or the latency is within a tenth of the best,
-// and shrinks it by a tenth while more than one waits and the latency is a
-// quarter above the best; once every 10 s it probes the best latency with
-// one call in flight, and a 429 or a timeout halves it. So at most about
-// one call of ours waits at the server, whatever its speed, the round trip
+// than three quarters of a call wait, or the latency is within a tenth of
+// the best, and shrinks it by a tenth while more than 1.75 wait and the
+// latency is a quarter above the best; once every 10 s it probes the best
+// latency with one call in flight, and a 429 or a timeout halves it. So
+// one or two calls of ours wait at the server, whatever its speed, the round trip
 // or the number of objects; replicas writing to one server all read its
 // latency, so they hold back together.
 //

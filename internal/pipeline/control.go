@@ -13,12 +13,15 @@ const (
 	// limitAlpha and limitBeta bound the calls of ours the latency says
 	// wait at the server, n × (1 − best/estimate) with n calls in flight
 	// (Little's law: n calls take the estimate each, of which best is
-	// service): below alpha the limit grows, above beta it shrinks. At
-	// most about one call of ours waits: the knee, where one more call in
+	// service): below alpha the limit grows, above beta it shrinks. One
+	// or two calls of ours wait: the knee, where one more call in
 	// flight buys little rate and makes every other client of the server
-	// wait behind it.
-	limitAlpha = 0.5
-	limitBeta  = 1.0
+	// wait behind it. The best is what a probe with one call in flight
+	// measured, lower than one call's latency among others (the client's
+	// own work, the server's caches), so Q reads about one call waiting at
+	// 2 in flight: alpha and beta leave room for that.
+	limitAlpha = 0.75
+	limitBeta  = 1.75
 	// limitRatioLow and limitRatioHigh are the latency estimate's bounds
 	// against the best within which a call waiting counts as noise: below
 	// Low the latency holds whatever the calls in flight and the limit
