@@ -85,20 +85,20 @@
 //
 // The API server is shared: every call of ours that waits in it makes every
 // other client wait behind it. Past a few calls in flight the server gives
-// little more (on 2 cores, 2 calls gave 0.84–0.89 of the rate of 16) and
-// every call added waits in its queue (a neighbour's median latency ×2.3
-// at 2 calls, ×10 at 16). Unless Config.Workers fixes it, the dispatcher
-// keeps the calls in flight at that knee, by the latency it reads on its
-// own calls: with n calls in flight taking the estimate each and the best
-// recent round taking best, n × (1 − best/estimate) of them wait at the
-// server (Little's law). It grows the limit by one a round while fewer
-// than three quarters of a call wait, or the latency is within a tenth of
-// the best, and shrinks it by a tenth while more than 1.75 wait and the
-// latency is a quarter above the best; once every 10 s it probes the best
-// latency with one call in flight, and a 429 or a timeout halves it. So
-// one or two calls of ours wait at the server, whatever its speed, the round trip
-// or the number of objects; replicas writing to one server all read its
-// latency, so they hold back together.
+// little more (on 2 cores, 2 calls gave 0.82–0.99 of the rate of 16) and
+// every call added waits in its queue (a neighbour's median latency ×1.8–2.6
+// at 2 calls, ×14–17 at 16; docs/performance.md, "At the knee"). Unless
+// Config.Workers fixes it, the dispatcher keeps the calls in flight at that
+// knee, by the latency it reads on its own calls: with n calls in flight
+// taking the estimate each and the best recent round taking best, n × (1 −
+// best/estimate) of them wait at the server (Little's law). It grows the
+// limit by one a round while fewer than three quarters of a call wait, or
+// the latency is within a tenth of the best, and shrinks it by a tenth while
+// more than 1.75 wait and the latency is a quarter above the best; once
+// every 10 s it probes the best latency with one call in flight, and a 429
+// or a timeout halves it. So one or two calls of ours wait at the server,
+// whatever its speed, the round trip or the number of objects; replicas
+// writing to one server all read its latency, so they hold back together.
 //
 // # What holds
 //

@@ -85,10 +85,21 @@ func ReadCurveCSV(r io.Reader) ([]CurvePoint, error) {
 // competitor's p99 and p50 over its p99 and p50 alone (y), labelled with
 // the mode, and saves it to path in the format of its extension.
 func PlotCurve(points []CurvePoint, path string) error {
+	return plotCurve(points, path, "a storm's rate against what it costs another client", goalLine{"goal: p99 ≤ 3× alone", 3, red})
+}
+
+// goalLine is a horizontal line of a trade-off plot.
+type goalLine struct {
+	name string
+	y    float64
+	c    color.Color
+}
+
+func plotCurve(points []CurvePoint, path, title string, goals ...goalLine) error {
 	if len(points) == 0 {
 		return fmt.Errorf("%w for %s", ErrNoSamples, path)
 	}
-	p := newPlot("a storm's rate against what it costs another client", "competitor's latency during the storm / alone")
+	p := newPlot(title, "competitor's latency during the storm / alone")
 	p.X.Label.Text = "storm rate (routes/s)"
 	top := 0.0
 	for _, series := range []struct {
@@ -131,12 +142,36 @@ func PlotCurve(points []CurvePoint, path string) error {
 		lb.Offset = vg.Point{X: vg.Points(4), Y: vg.Points(2)}
 		p.Add(lb)
 	}
-	if err := line(p, "goal: p99 ≤ 3× alone", plotter.XYs{{X: p.X.Min, Y: 3}, {X: p.X.Max, Y: 3}}, red, true); err != nil {
-		return err
+	for _, g := range goals {
+		if err := line(p, g.name, plotter.XYs{{X: p.X.Min, Y: g.y}, {X: p.X.Max, Y: g.y}}, g.c, true); err != nil {
+			return err
+		}
 	}
 	p.Y.Max = top * 1.15
 	p.Y.Tick.Marker = plainTicks{}
 	return save(p, path)
+}
+
+// WriteKneeCurve writes the storms of BenchmarkKnee at n routes to dir as
+// knee-<n>.csv (as WriteCurveCSV) and knee-<n>.svg, creating dir if needed,
+// and returns the paths written; the plot is PlotKneeCurve's.
+func WriteKneeCurve(dir string, n int, points []CurvePoint) ([]string, error) {
+	if len(points) == 0 {
+		return nil, ErrNoSamples
+	}
+	name := fmt.Sprintf("knee-%d", n)
+	return writeCSVAndPlot(dir, name+".csv", name+".svg",
+		func(w io.Writer) error { return WriteCurveCSV(w, points) },
+		func(path string) error { return PlotKneeCurve(points, n, path) })
+}
+
+// PlotKneeCurve draws BenchmarkKnee's modes at n routes as PlotCurve does,
+// with the default's goals beside its neighbour as dashed lines (p50 ≤
+// 2.5× and p99 ≤ 8× alone), and saves it to path in the format of its
+// extension.
+func PlotKneeCurve(points []CurvePoint, n int, path string) error {
+	return plotCurve(points, path, fmt.Sprintf("%d routes: the rate against what it costs a neighbour", n),
+		goalLine{"goal: p99 ≤ 8× alone", 8, blue}, goalLine{"goal: p50 ≤ 2.5× alone", 2.5, orange})
 }
 
 // WriteCurve writes points to dir as CurveCSVFile and CurvePlotFile,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -46,5 +47,30 @@ func TestCurveCSVRoundTripAndPlot(t *testing.T) {
 	}
 	if _, err := WriteCurve(t.TempDir(), nil); !errors.Is(err, ErrNoSamples) {
 		t.Errorf("WriteCurve(nil) = %v, want ErrNoSamples", err)
+	}
+}
+
+func TestKneeCurveNamesItsFilesAndGoals(t *testing.T) {
+	points := []CurvePoint{
+		{Mode: "fixed-2", Limit: 2, RoutesPerSecond: 277, P99Ms: 30.9, AloneP99Ms: 13, P50Ms: 6.7, AloneP50Ms: 2.94},
+		{Mode: "adaptive", Limit: 2, RoutesPerSecond: 267, P99Ms: 30.9, AloneP99Ms: 13, P50Ms: 7.7, AloneP50Ms: 2.94},
+	}
+	dir := t.TempDir()
+	written, err := WriteKneeCurve(dir, 10000, points)
+	want := []string{filepath.Join(dir, "knee-10000.csv"), filepath.Join(dir, "knee-10000.svg")}
+	if err != nil || !slices.Equal(written, want) {
+		t.Fatalf("WriteKneeCurve = %v, %v; want %v", written, err, want)
+	}
+	svg, err := os.ReadFile(want[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"10000 routes", "adaptive", "p50 ≤ 2.5× alone", "p99 ≤ 8× alone"} {
+		if !strings.Contains(string(svg), s) {
+			t.Errorf("the plot does not show %q", s)
+		}
+	}
+	if _, err := WriteKneeCurve(dir, 1, nil); !errors.Is(err, ErrNoSamples) {
+		t.Errorf("WriteKneeCurve(nil) = %v, want ErrNoSamples", err)
 	}
 }

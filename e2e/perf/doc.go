@@ -51,6 +51,9 @@
 //	                                      storm/plain, failover_s, lease_s
 //	LeaseRequests/k1, /k8, /k32           lease-req/s, expected-req/s  Lease requests/s of 2 replicas with K shards (default lease timings) on a
 //	                                                                   control plane of its own, less the API server's own, beside the rate expected
+//	Knee/fixed-N, /adaptive,              routes/s, fresh-p95-s,       a storm (converge-: a first convergence) of quietpatch.New with N in flight or the default,
+//	/converge-…; /<mode>/vs               limit-median, rss-MiB;       beside the neighbour of Politeness: routes/s over the best fixed-N of the same run,
+//	                                      ratio-best, p50-x, p99-x     the neighbour's p50 and p99 over alone; curve knee-<routes>.csv/.svg
 //
 // Each benchmark's documentation says exactly what it does. With the
 // defaults below the first five take about ten minutes together on two cores

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -41,7 +42,9 @@ type kneeRow struct {
 // (rss-MiB: the informers of the whole world are in it), and the ratio of
 // routes/s to the best fixed-N of the same kind (storm or first
 // convergence) of the same run (ratio-best). The table is logged as
-// markdown.
+// markdown (go test -v), and the modes' rates against the neighbour's
+// inflation are written to QP_PLOTS_DIR (default $TMPDIR/quietpatch-perf)
+// as knee-<routes>.csv and knee-<routes>.svg (WriteKneeCurve).
 //
 // Goals (issue 32): adaptive ≥ 0.85 × the best fixed-N with the neighbour
 // within ×2.5 at p50 and ×8 at p99; fresh-p95-s ≤ 1.
@@ -117,6 +120,16 @@ func BenchmarkKnee(b *testing.B) {
 			b.ReportMetric(x99, "p99-x")
 		})
 	}
+	var points []CurvePoint
+	for _, r := range rows {
+		points = append(points, CurvePoint{Mode: r.mode, Limit: r.limitMedian, RoutesPerSecond: r.routesPerSecond,
+			P99Ms: ms(r.p99), AloneP99Ms: ms(a99), P50Ms: ms(r.p50), AloneP50Ms: ms(a50)})
+	}
+	written, err := WriteKneeCurve(cmp.Or(w.cfg.PlotsDir, filepath.Join(os.TempDir(), "quietpatch-perf")), len(s.keys), points)
+	if err != nil {
+		b.Error(err)
+	}
+	fmt.Fprintf(&t, "\ncurve: %v", written)
 	fmt.Fprintf(&t, "\nneighbour alone: p50 %v, p99 %v (%d requests)\n", a50.Round(10*time.Microsecond), a99.Round(10*time.Microsecond), len(alone.d))
 	b.Log(t.String())
 }
@@ -127,6 +140,8 @@ var defaultKneeModes = []stormMode{
 	{name: "adaptive"}, {name: "converge-fixed-2", workers: 2, cold: true}, {name: "converge-fixed-16", workers: 16, cold: true},
 	{name: "converge-adaptive", cold: true},
 }
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func boolInt(b bool) int {
 	if b {

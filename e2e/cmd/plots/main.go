@@ -7,6 +7,7 @@
 //
 //	go run ./cmd/plots [-in ../docs/stall-memory.csv] [-storm-in ../docs/storm-dispatch.csv]
 //	    [-shards-in ../docs/shards-held.csv -shards 8] [-curve-in ../docs/politeness-curve.csv]
+//	    [-knee-in ../docs/knee-10000.csv]
 //	    [-out ../docs] [-format svg]
 //
 // It writes stall-depth.<format> (the quietpatch queue's depth and its
@@ -16,7 +17,8 @@
 // and shards-held.<format> (the shards each replica held over a kill -9
 // and a join, BenchmarkSharded; K is -shards) from -shards-in, and
 // politeness-curve.<format> (each storm's rate against the competing
-// client's p99, BenchmarkPoliteness) from -curve-in, into -out; an input
+// client's p99, BenchmarkPoliteness) from -curve-in, and knee-<routes>.<format>
+// (BenchmarkKnee's modes on the same axes) from -knee-in, into -out; an input
 // set to "" is skipped. -format is svg (the default)
 // or any format gonum.org/v1/plot saves: png, pdf, eps, jpg, tif.
 package main
@@ -46,6 +48,7 @@ func run(args []string) error {
 	shardsIn := fs.String("shards-in", filepath.Join("..", "docs", perf.ShardsCSVFile), "samples CSV written by BenchmarkSharded (\"\": skip)")
 	shards := fs.Int("shards", 8, "K of the samples of -shards-in")
 	curveIn := fs.String("curve-in", "", "trade-off points CSV written by BenchmarkPoliteness, e.g. ../docs/"+perf.CurveCSVFile+" (\"\": skip)")
+	kneeIn := fs.String("knee-in", "", "points CSV written by BenchmarkKnee, knee-<routes>.csv, e.g. ../docs/knee-10000.csv (\"\": skip)")
 	out := fs.String("out", filepath.Join("..", "docs"), "directory to write the plots into")
 	format := fs.String("format", "svg", "image format: svg, png, pdf, eps, jpg or tif")
 	if err := fs.Parse(args); err != nil {
@@ -118,6 +121,27 @@ func run(args []string) error {
 		}
 		path := outPath(perf.ShardsPlotFile)
 		if err := perf.PlotShards(samples, *shards, path); err != nil {
+			errs = append(errs, err)
+		} else {
+			fmt.Println(path)
+		}
+	}
+	if *kneeIn != "" {
+		var routes int
+		if _, err := fmt.Sscanf(filepath.Base(*kneeIn), "knee-%d.csv", &routes); err != nil {
+			return fmt.Errorf("-knee-in: the file's name is not knee-<routes>.csv: %s", *kneeIn)
+		}
+		f, err := os.Open(*kneeIn)
+		if err != nil {
+			return err
+		}
+		points, err := perf.ReadCurveCSV(f)
+		f.Close()
+		if err != nil {
+			return err
+		}
+		path := outPath(fmt.Sprintf("knee-%d", routes))
+		if err := perf.PlotKneeCurve(points, routes, path); err != nil {
 			errs = append(errs, err)
 		} else {
 			fmt.Println(path)
