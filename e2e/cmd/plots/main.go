@@ -27,6 +27,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -70,99 +71,59 @@ func run(args []string) error {
 		return filepath.Join(*out, strings.TrimSuffix(file, filepath.Ext(file))+ext)
 	}
 	var errs []error
-	if *in != "" {
-		f, err := os.Open(*in)
-		if err != nil {
-			return err
-		}
-		samples, err := perf.ReadCSV(f)
-		f.Close()
-		if err != nil {
-			return err
-		}
-		for _, p := range []struct {
-			file string
-			draw func([]perf.Sample, string) error
-		}{{perf.DepthPlotFile, perf.PlotDepth}, {perf.HeapPlotFile, perf.PlotHeap}} {
-			path := outPath(p.file)
-			if err := p.draw(samples, path); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			fmt.Println(path)
-		}
-	}
-	if *stormIn != "" {
-		f, err := os.Open(*stormIn)
-		if err != nil {
-			return err
-		}
-		samples, err := perf.ReadStormCSV(f)
-		f.Close()
-		if err != nil {
-			return err
-		}
-		path := outPath(perf.StormPlotFile)
-		if err := perf.PlotStorm(samples, path); err != nil {
+	// drawn records what draw(path) did with the plot at path.
+	drawn := func(path string, draw func(string) error) {
+		if err := draw(path); err != nil {
 			errs = append(errs, err)
-		} else {
-			fmt.Println(path)
+			return
 		}
+		fmt.Println(path)
 	}
-	if *shardsIn != "" {
-		f, err := os.Open(*shardsIn)
-		if err != nil {
-			return err
-		}
-		samples, err := perf.ReadShardsCSV(f)
-		f.Close()
-		if err != nil {
-			return err
-		}
-		path := outPath(perf.ShardsPlotFile)
-		if err := perf.PlotShards(samples, *shards, path); err != nil {
-			errs = append(errs, err)
-		} else {
-			fmt.Println(path)
-		}
+	if samples, err := readFile(*in, perf.ReadCSV); err != nil {
+		return err
+	} else if samples != nil {
+		drawn(outPath(perf.DepthPlotFile), func(path string) error { return perf.PlotDepth(samples, path) })
+		drawn(outPath(perf.HeapPlotFile), func(path string) error { return perf.PlotHeap(samples, path) })
+	}
+	if samples, err := readFile(*stormIn, perf.ReadStormCSV); err != nil {
+		return err
+	} else if samples != nil {
+		drawn(outPath(perf.StormPlotFile), func(path string) error { return perf.PlotStorm(samples, path) })
+	}
+	if samples, err := readFile(*shardsIn, perf.ReadShardsCSV); err != nil {
+		return err
+	} else if samples != nil {
+		drawn(outPath(perf.ShardsPlotFile), func(path string) error { return perf.PlotShards(samples, *shards, path) })
 	}
 	if *kneeIn != "" {
 		var routes int
 		if _, err := fmt.Sscanf(filepath.Base(*kneeIn), "knee-%d.csv", &routes); err != nil {
 			return fmt.Errorf("-knee-in: the file's name is not knee-<routes>.csv: %s", *kneeIn)
 		}
-		f, err := os.Open(*kneeIn)
+		points, err := readFile(*kneeIn, perf.ReadCurveCSV)
 		if err != nil {
 			return err
 		}
-		points, err := perf.ReadCurveCSV(f)
-		f.Close()
-		if err != nil {
-			return err
-		}
-		path := outPath(fmt.Sprintf("knee-%d", routes))
-		if err := perf.PlotKneeCurve(points, routes, path); err != nil {
-			errs = append(errs, err)
-		} else {
-			fmt.Println(path)
-		}
+		drawn(outPath(fmt.Sprintf("knee-%d", routes)), func(path string) error { return perf.PlotKneeCurve(points, routes, path) })
 	}
-	if *curveIn != "" {
-		f, err := os.Open(*curveIn)
-		if err != nil {
-			return err
-		}
-		points, err := perf.ReadCurveCSV(f)
-		f.Close()
-		if err != nil {
-			return err
-		}
-		path := outPath(perf.CurvePlotFile)
-		if err := perf.PlotCurve(points, path); err != nil {
-			errs = append(errs, err)
-		} else {
-			fmt.Println(path)
-		}
+	if points, err := readFile(*curveIn, perf.ReadCurveCSV); err != nil {
+		return err
+	} else if points != nil {
+		drawn(outPath(perf.CurvePlotFile), func(path string) error { return perf.PlotCurve(points, path) })
 	}
 	return errors.Join(errs...)
+}
+
+// readFile reads the file at path with read; a path of "" reads nothing
+// and returns nil.
+func readFile[T any](path string, read func(io.Reader) ([]T, error)) ([]T, error) {
+	if path == "" {
+		return nil, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return read(f)
 }
