@@ -97,8 +97,9 @@
 // more than 1.75 wait and the latency is a quarter above the best; once
 // every 10 s it probes the best latency with one call in flight, and a 429
 // or a timeout halves it. So one or two calls of ours wait at the server,
-// whatever its speed, the round trip or the number of objects; replicas
-// writing to one server all read its latency, so they hold back together.
+// whatever its speed, the round trip or the number of objects. Replicas
+// writing to one server read the same latency, so each holds back on the
+// others' calls too (by design; not yet measured with replicas).
 //
 // # What holds
 //
