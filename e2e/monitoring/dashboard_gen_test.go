@@ -232,7 +232,8 @@ func dashboardRows() []genRow {
 				description: "Keys the dispatcher took from the queue and sent no patch for. Normal: unchanged (dashed, not stacked: the status was " +
 					"already right when the key was served), echoes (dashed: events of our own writes, about one per patch applied, not served at all " +
 					"— with a Patcher that does not report the written version they are served and end unchanged), deleted (the object " +
-					"is gone), released and shutdown (the Lease given up on purpose, the process stopping). Worth a look: error (the Source or the " +
+					"is gone), held (served again before the cache held our own last write of it: it waits for that write's event, at most " +
+					"a second), released and shutdown (the Lease given up on purpose, the process stopping). Worth a look: error (the Source or the " +
 					"StatusComputer failed or panicked; QuietpatchStatusErrors when it lasts), and not_leader, claim_ending or stale_epoch on the " +
 					"replica that leads (its claim was found expired, nearly over or superseded: late renewals or a flapping Lease; " +
 					"QuietpatchDropsWhileLeading). A replica that loses the Lease drops the keys still waiting as not_leader, once.",
@@ -243,7 +244,7 @@ func dashboardRows() []genRow {
 				overrides: []any{
 					override("echoes", dashed, fixedColor("purple"), prop("custom.stacking", map[string]any{"mode": "none", "group": "A"}), prop("custom.fillOpacity", 0)),
 					override("unchanged", dashed, fixedColor("green"), prop("custom.stacking", map[string]any{"mode": "none", "group": "A"}), prop("custom.fillOpacity", 0)),
-					override("deleted|released|shutdown", fixedColor("blue")),
+					override("deleted|held|released|shutdown", fixedColor("blue")),
 					override("error", fixedColor("red")),
 					override("not_leader|claim_ending|stale_epoch", fixedColor("orange")),
 				},

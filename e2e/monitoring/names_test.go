@@ -32,7 +32,7 @@ var (
 	passResults    = []string{"completed", "halted", "not_leader", "error", "canceled", "closed"}
 	objectResults  = []string{"unchanged", "changed", "error"}
 	patchOutcomes  = []string{"ok", "conflict", "not_found", "forbidden", "fenced", "unauthorized", "invalid", "throttled", "abandoned", "timeout", "canceled", "error"}
-	dispatchDrops  = []string{"unchanged", "deleted", "error", "not_leader", "stale_epoch", "claim_ending", "released", "shutdown"}
+	dispatchDrops  = []string{"unchanged", "deleted", "error", "not_leader", "stale_epoch", "claim_ending", "held", "released", "shutdown"}
 	leaseOps       = []string{"get", "create", "acquire", "renew", "vacate", "watch"}
 	transitionDirs = []string{"acquired", "lost"}
 	moveDirs       = []string{"acquired", "given_up", "lost"}
