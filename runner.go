@@ -101,7 +101,8 @@ type DispatcherStats struct {
 	// error (the Source or the StatusComputer failed), not_leader,
 	// stale_epoch (calls were made under a newer epoch), claim_ending
 	// (less than the claim margin left), released (the claim was being
-	// given up), shutdown.
+	// given up), shutdown, held (the cache did not yet hold our own last
+	// write of the key: requeued once it does, or after a second).
 	Patches map[outcome.Outcome]int64
 	Dropped map[string]int64
 	// Echoes counts the events of our own writes dropped without a serve:

@@ -40,11 +40,12 @@ var dropReasons = []string{dropUnchanged, dropDeleted, dropError, dropNotLeader,
 // limit and Retry-After window.
 type DispatcherStats struct {
 	// Patches counts patch calls by outcome; Dropped keys served without
-	// a call, by reason: unchanged (the status was right by then: every
-	// event of our own writes ends so), deleted, error (the Source or the
-	// StatusComputer failed), not_leader, stale_epoch (calls were made
-	// under a newer epoch), claim_ending (less than the claim margin
-	// left), released (the claim was being given up), shutdown.
+	// a call, by reason: unchanged (the status was right by then),
+	// deleted, error (the Source or the StatusComputer failed), not_leader,
+	// stale_epoch (calls were made under a newer epoch), claim_ending
+	// (less than the claim margin left), released (the claim was being
+	// given up), shutdown, held (the cache did not yet hold our own last
+	// write of the key: requeued once it does, or after a second).
 	Patches map[outcome.Outcome]int64
 	Dropped map[string]int64
 	// Echoes counts the events of our own writes dropped without a serve
